@@ -1,0 +1,45 @@
+# tritonprep: every target sets up what it needs (idempotent; quick the second time).
+#   make serve   - embedded Triton server with the sample classifier on localhost:8000/8001/8002
+#   make test    - the test suite (starts real tritonserver processes; GPU tests skip without a GPU)
+#   make model   - export EfficientNet-Lite0 to model_repository/classifier/1/model.onnx
+PYTHON      ?= python3
+VENV        ?= .venv
+EXPORT_VENV ?= .venv-export
+# torch only exports the ONNX file; the CPU build is enough (this pin matches the local wheel on CI)
+TORCH_SPEC  ?= torch==2.13.0
+PIP_FLAGS   ?= -q --disable-pip-version-check
+ONNX        := model_repository/classifier/1/model.onnx
+PYTEST_ARGS ?=
+
+.PHONY: setup model serve test test-gpu clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install $(PIP_FLAGS) -e '.[server,test]'
+	touch $@
+
+$(EXPORT_VENV)/.installed: pyproject.toml
+	test -x $(EXPORT_VENV)/bin/python || $(PYTHON) -m venv $(EXPORT_VENV)
+	$(EXPORT_VENV)/bin/python -m pip install $(PIP_FLAGS) '$(TORCH_SPEC)'
+	$(EXPORT_VENV)/bin/python -m pip install $(PIP_FLAGS) -e '.[export]'
+	touch $@
+
+$(ONNX): scripts/export_classifier.py | $(EXPORT_VENV)/.installed
+	$(EXPORT_VENV)/bin/python scripts/export_classifier.py --output $@
+
+setup: $(VENV)/.installed
+
+model: $(ONNX)
+
+serve: setup model
+	$(VENV)/bin/tritonprep serve
+
+test: setup model
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+# GPU tests and the fidelity report on the GPU machine (see scripts/device/README.md)
+test-gpu: setup model
+	$(VENV)/bin/python -m pytest -m gpu $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) $(EXPORT_VENV) $(ONNX) $(ONNX).json

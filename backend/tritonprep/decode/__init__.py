@@ -1,0 +1,58 @@
+"""Image decoding: format sniffing and input limits (here), Pillow on the CPU (:mod:`.cpu`),
+nvImageCodec on the GPU (:mod:`.gpu`).
+
+Every decoder returns upright (EXIF orientation applied) 8-bit RGB pixels and raises an
+:class:`~tritonprep.errors.ImageError` subclass for an image it cannot or must not decode.
+"""
+
+from __future__ import annotations
+
+from ..errors import DecodeError, LimitExceeded, UnsupportedFormat
+from ..spec import Limits
+
+_MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"\xff\xd8\xff", "JPEG"),
+    (b"\x89PNG\r\n\x1a\n", "PNG"),
+    (b"GIF87a", "GIF"),
+    (b"GIF89a", "GIF"),
+    (b"BM", "BMP"),
+    (b"II*\x00", "TIFF"),
+    (b"MM\x00*", "TIFF"),
+)
+
+
+def sniff_format(data: bytes) -> str | None:
+    """Return the container format named by the first bytes of ``data``, or None."""
+    for magic, name in _MAGIC:
+        if data.startswith(magic):
+            return name
+    if len(data) >= 12 and data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "WEBP"
+    return None
+
+
+def check_encoded(data: bytes, limits: Limits) -> str:
+    """Apply the checks that need no decoding; return the sniffed format name."""
+    if not data:
+        raise DecodeError("empty input: the image has 0 bytes")
+    if len(data) > limits.max_encoded_bytes:
+        raise LimitExceeded(
+            f"encoded image is {len(data)} bytes, over the limit max_encoded_bytes={limits.max_encoded_bytes}"
+        )
+    fmt = sniff_format(data)
+    if fmt is None:
+        head = data[:8].hex(" ")
+        raise DecodeError(f"not a supported image: unknown file signature ({head}); send JPEG, PNG, WebP, BMP, GIF or TIFF")
+    if fmt not in limits.allowed_formats:
+        raise UnsupportedFormat(f"image format {fmt} is not allowed here (allowed_formats: {','.join(limits.allowed_formats)})")
+    return fmt
+
+
+def check_dimensions(width: int, height: int, limits: Limits) -> None:
+    """Reject images whose header announces an empty or oversized picture."""
+    if width < 1 or height < 1:
+        raise DecodeError(f"image header announces an empty picture ({width}x{height})")
+    if width * height > limits.max_pixels:
+        raise LimitExceeded(
+            f"image is {width}x{height} = {width * height} pixels, over the limit max_pixels={limits.max_pixels}"
+        )

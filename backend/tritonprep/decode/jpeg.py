@@ -1,0 +1,90 @@
+"""A JPEG marker walker: reads what the limits need without decoding a pixel.
+
+It finds the frame header (size, components, progressive or not), counts scans and
+insists on the end-of-image marker, so that both executors reject the same inputs before
+any decoder sees them: oversized frames, progressive files with too many scans (a known
+CPU-exhaustion vector), and truncated files that decoders would otherwise fill with gray.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import DecodeError, LimitExceeded
+
+_SOF = frozenset((0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF))
+_PROGRESSIVE = frozenset((0xC2, 0xC6, 0xCA, 0xCE))
+_SOS, _EOI = 0xDA, 0xD9
+
+
+@dataclass(frozen=True)
+class JpegHeader:
+    """What the marker walk found."""
+
+    width: int
+    height: int
+    components: int
+    progressive: bool
+    scans: int
+
+
+def _skip_entropy(data: bytes, pos: int) -> int:
+    """Return the offset of the first marker after entropy-coded data starting at ``pos``."""
+    n = len(data)
+    while True:
+        pos = data.find(b"\xff", pos)
+        if pos < 0 or pos + 1 >= n:
+            raise DecodeError("truncated JPEG: the data ends inside a scan, before the end-of-image marker")
+        nxt = data[pos + 1]
+        if nxt == 0x00 or 0xD0 <= nxt <= 0xD7:  # stuffed byte or restart marker
+            pos += 2
+        elif nxt == 0xFF:  # fill byte before a marker
+            pos += 1
+        else:
+            return pos
+
+
+def parse_jpeg(data: bytes, max_scans: int) -> JpegHeader:
+    """Walk the markers of ``data`` (which starts with SOI) and validate its structure."""
+    n = len(data)
+    pos = 2
+    frame: tuple[int, int, int, bool] | None = None
+    scans = 0
+    while True:
+        if pos >= n:
+            raise DecodeError("truncated JPEG: no end-of-image marker")
+        if data[pos] != 0xFF:
+            raise DecodeError(f"corrupt JPEG: expected a marker at byte {pos}, found 0x{data[pos]:02x}")
+        while pos < n and data[pos] == 0xFF:
+            pos += 1
+        if pos >= n:
+            raise DecodeError("truncated JPEG: no end-of-image marker")
+        marker = data[pos]
+        pos += 1
+        if marker == _EOI:
+            break
+        if 0xD0 <= marker <= 0xD7 or marker == 0x01:
+            continue
+        if pos + 2 > n:
+            raise DecodeError(f"truncated JPEG: segment 0xFF{marker:02X} at byte {pos - 2} is cut off")
+        length = int.from_bytes(data[pos : pos + 2], "big")
+        if length < 2 or pos + length > n:
+            raise DecodeError(f"truncated or corrupt JPEG: segment 0xFF{marker:02X} at byte {pos - 2} has length {length}")
+        if marker in _SOF:
+            if length < 8:
+                raise DecodeError("corrupt JPEG: frame header too short")
+            height = int.from_bytes(data[pos + 3 : pos + 5], "big")
+            width = int.from_bytes(data[pos + 5 : pos + 7], "big")
+            frame = (width, height, data[pos + 7], marker in _PROGRESSIVE)
+        pos += length
+        if marker == _SOS:
+            if frame is None:
+                raise DecodeError("corrupt JPEG: scan before any frame header")
+            scans += 1
+            if scans > max_scans:
+                raise LimitExceeded(f"progressive JPEG has more than {max_scans} scans (limit max_progressive_scans)")
+            pos = _skip_entropy(data, pos)
+    if frame is None or scans == 0:
+        raise DecodeError("corrupt JPEG: no frame or no scan before the end-of-image marker")
+    width, height, components, progressive = frame
+    return JpegHeader(width, height, components, progressive, scans)

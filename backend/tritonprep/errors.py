@@ -1,0 +1,51 @@
+"""Exception hierarchy of the tritonprep server-side library.
+
+Every error a user can cause or fix derives from :class:`PreprocessError`. Errors that
+concern one image (:class:`ImageError` and its subclasses) become an error response for
+the request that carried the image; the other requests of the batch are unaffected.
+Errors in configuration or environment (:class:`ConfigError`, :class:`RuntimeUnavailable`)
+stop a model from loading, with a message that says what to change.
+"""
+
+from __future__ import annotations
+
+
+class PreprocessError(Exception):
+    """Base class of every tritonprep server-side error."""
+
+
+class ConfigError(PreprocessError):
+    """A model configuration (``config.pbtxt`` parameters, tensor dims) is invalid."""
+
+
+class RuntimeUnavailable(PreprocessError):
+    """A requested inference runtime or device is not installed or not usable here."""
+
+
+class ImageError(PreprocessError):
+    """One input image cannot be turned into a tensor; fails only its own request."""
+
+    #: short machine-readable reason, used for metrics labels
+    reason = "invalid"
+
+
+class DecodeError(ImageError):
+    """The bytes are not a decodable image (empty, truncated, corrupt, unknown format)."""
+
+    reason = "decode"
+
+
+class UnsupportedFormat(ImageError):
+    """The image format is recognised but not in the model's list of allowed formats."""
+
+    reason = "format"
+
+
+class LimitExceeded(ImageError):
+    """The image is larger than a configured limit (bytes, pixels, scans, image count)."""
+
+    reason = "limit"
+
+
+class ServerError(PreprocessError):
+    """The embedded Triton server could not be started, or stopped unexpectedly."""

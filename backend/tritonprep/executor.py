@@ -1,0 +1,137 @@
+"""Executors turn a batch of encoded images into the network's input tensor.
+
+Both executors take the images of a whole ``execute()`` call (all requests together) and
+fill one output batch with a slot per image, in input order. An image that fails leaves
+its slot unspecified and is reported in :attr:`BatchResult.errors`; the Triton glue then
+fails the request that carried it and slices the others out of the batch.
+
+:class:`CpuExecutor` (here) decodes with Pillow and resizes with Pillow's antialiased
+filters in a thread pool; :class:`tritonprep.gpu.GpuExecutor` does the same on the GPU and
+must agree with it (see tests/gpu).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+from PIL import Image
+
+from .decode.cpu import decode_pil
+from .errors import ImageError
+from .geometry import plan_resize
+from .spec import PreprocessSpec
+
+log = logging.getLogger(__name__)
+
+PIL_FILTERS = {"bilinear": Image.Resampling.BILINEAR, "bicubic": Image.Resampling.BICUBIC}
+NP_DTYPES = {"FP32": np.float32, "FP16": np.float16}
+
+
+@dataclass
+class BatchResult:
+    """One slot per input image; ``errors`` maps the index of each failed image to its error."""
+
+    output: Any  # numpy.ndarray or cupy.ndarray of shape (n,) + spec.output_shape
+    errors: dict[int, ImageError] = field(default_factory=dict)
+    #: how each image was decoded, for metrics: {"cpu": n, "gpu_hw": n, ...}
+    decoded_by: dict[str, int] = field(default_factory=dict)
+
+
+class Executor(Protocol):
+    """What the preprocess model needs from an executor."""
+
+    name: str
+
+    def run(self, images: Sequence[bytes]) -> BatchResult:
+        """Preprocess ``images`` into one batch."""
+        ...
+
+    def close(self) -> None:
+        """Release threads and device memory."""
+        ...
+
+
+def normalize_window(spec: PreprocessSpec, resized: np.ndarray, offset_x: int, offset_y: int) -> np.ndarray:
+    """Cut the output window out of a resized ``(h, w, 3)`` uint8 image, pad, normalize, lay out.
+
+    This is the CPU definition of the output; the GPU kernel computes the same thing.
+    """
+    out_h, out_w = spec.output_height, spec.output_width
+    h, w = resized.shape[:2]
+    window = np.full((out_h, out_w, 3), spec.pad_value, np.uint8)
+    y0, x0 = max(0, offset_y), max(0, offset_x)
+    y1, x1 = min(h, offset_y + out_h), min(w, offset_x + out_w)
+    if y1 > y0 and x1 > x0:
+        window[y0 - offset_y : y1 - offset_y, x0 - offset_x : x1 - offset_x] = resized[y0:y1, x0:x1]
+    scaled = window.astype(np.float32) * np.asarray(spec.scale, np.float32) + np.asarray(spec.bias, np.float32)
+    if spec.channel_order == "BGR":
+        scaled = scaled[..., ::-1]
+    if spec.layout == "NCHW":
+        scaled = scaled.transpose(2, 0, 1)
+    return scaled.astype(NP_DTYPES[spec.dtype], copy=False)
+
+
+def resize_pil(spec: PreprocessSpec, im: Image.Image) -> tuple[np.ndarray, int, int]:
+    """Resize an RGB Pillow image per ``spec``; return the pixels and the window offsets."""
+    plan = plan_resize(spec, im.width, im.height)
+    if (plan.resized_w, plan.resized_h) != (im.width, im.height):
+        im = im.resize((plan.resized_w, plan.resized_h), PIL_FILTERS[spec.interpolation])
+    return np.asarray(im), plan.offset_x, plan.offset_y
+
+
+class CpuExecutor:
+    """Pillow decode + Pillow antialiased resize + NumPy normalize, one thread per core."""
+
+    name = "cpu"
+
+    def __init__(self, spec: PreprocessSpec) -> None:
+        self.spec = spec
+        self._pool = ThreadPoolExecutor(max_workers=spec.resolved_cpu_threads, thread_name_prefix="tritonprep-cpu")
+        log.info("CPU executor: Pillow decode and resize, %d threads", spec.resolved_cpu_threads)
+
+    def _one(self, data: bytes, slot: np.ndarray) -> ImageError | None:
+        try:
+            im = decode_pil(data, self.spec.limits)
+        except ImageError as e:
+            return e
+        pixels, ox, oy = resize_pil(self.spec, im)
+        slot[...] = normalize_window(self.spec, pixels, ox, oy)
+        return None
+
+    def run(self, images: Sequence[bytes]) -> BatchResult:
+        """Preprocess ``images``; never raises for a bad image (see :attr:`BatchResult.errors`)."""
+        out = np.empty((len(images),) + self.spec.output_shape, NP_DTYPES[self.spec.dtype])
+        results = list(self._pool.map(self._one, images, out))
+        errors = {i: e for i, e in enumerate(results) if e is not None}
+        return BatchResult(out, errors, {"cpu": len(images) - len(errors)})
+
+    def close(self) -> None:
+        """Stop the worker threads."""
+        self._pool.shutdown(wait=True)
+
+
+def create_executor(spec: PreprocessSpec, instance_kind: str = "CPU", device_id: int = 0) -> Executor:
+    """Pick the executor for a model instance.
+
+    ``executor=auto`` uses the GPU executor on a GPU instance (Triton's ``KIND_GPU``, or
+    ``KIND_AUTO`` on a machine with a GPU) and the CPU executor otherwise; ``gpu`` insists
+    on the GPU (loading fails with the reason if it is unusable); ``cpu`` forces the CPU.
+    """
+    if spec.executor == "cpu" or (spec.executor == "auto" and instance_kind.upper() != "GPU"):
+        return CpuExecutor(spec)
+    from .errors import RuntimeUnavailable
+
+    try:
+        from .gpu import GpuExecutor
+
+        return GpuExecutor(spec, device_id)
+    except RuntimeUnavailable as e:
+        if spec.executor == "gpu":
+            raise
+        log.warning("GPU executor unavailable on device %d (%s); using the CPU executor", device_id, e)
+        return CpuExecutor(spec)

@@ -1,0 +1,1 @@
+"""CUDA kernels of the GPU executor: sources live in this folder, compiled once per device and cached."""
