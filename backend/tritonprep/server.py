@@ -339,7 +339,7 @@ def serve(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m tritonprep.server``."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s tritonprep: %(message)s", datefmt="%H:%M:%S")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s tritonprep: %(message)s", datefmt="%H:%M:%S", force=True)
     args = build_parser().parse_args(argv)
     try:
         return serve(args)

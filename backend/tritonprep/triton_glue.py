@@ -35,8 +35,36 @@ def _pb() -> Any:
     return pb_utils
 
 
+class TritonLogHandler(logging.Handler):
+    """Forwards Python ``logging`` records to Triton's log (``pb_utils.Logger``)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        logger = _pb().Logger
+        msg = self.format(record)
+        if record.levelno >= logging.ERROR:
+            logger.log_error(msg)
+        elif record.levelno >= logging.WARNING:
+            logger.log_warn(msg)
+        elif record.levelno >= logging.INFO:
+            logger.log_info(msg)
+        else:
+            logger.log_verbose(msg)
+
+
+def setup_logging(level: int = logging.INFO) -> None:
+    """Send the ``tritonprep`` loggers of this stub process to Triton's log (idempotent)."""
+    root = logging.getLogger("tritonprep")
+    if not any(isinstance(h, TritonLogHandler) for h in root.handlers):
+        handler = TritonLogHandler()
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        root.addHandler(handler)
+        root.setLevel(level)
+        root.propagate = False
+
+
 def model_config(args: Mapping[str, str]) -> dict[str, Any]:
-    """The model's configuration as a dict (Triton passes it as JSON)."""
+    """The model's configuration as a dict (Triton passes it as JSON); also routes logging to Triton."""
+    setup_logging()
     return json.loads(args["model_config"])
 
 

@@ -1,0 +1,121 @@
+"""End to end through a real tritonserver: raw images in, predictions and pixels out."""
+
+from __future__ import annotations
+
+import io
+import json
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.conftest import encode
+
+pytestmark = pytest.mark.e2e
+
+CATS = {281, 282, 285}  # tabby, tiger cat, Egyptian cat
+ESPRESSO = 967
+
+
+def reference_pixels(data: bytes) -> np.ndarray:
+    """Independent reference for the preprocess model: written from torchvision's documented
+    semantics (Resize(256) on the shorter side, CenterCrop(224)) with Pillow + NumPy only."""
+    im = Image.open(io.BytesIO(data)).convert("RGB")
+    w, h = im.size
+    if w <= h:
+        size = (256, int(256 * h / w))
+    else:
+        size = (int(256 * w / h), 256)
+    im = im.resize(size, Image.Resampling.BILINEAR)
+    top = int(round((size[1] - 224) / 2.0))
+    left = int(round((size[0] - 224) / 2.0))
+    crop = np.asarray(im, dtype=np.float32)[top : top + 224, left : left + 224]
+    return ((crop - 127.0) / 128.0).transpose(2, 0, 1)
+
+
+def stats(server: object, model: str) -> dict:
+    with urllib.request.urlopen(f"{server.options.http_url}/v2/models/{model}/stats") as r:  # type: ignore[attr-defined]
+        return json.loads(r.read())["model_stats"][0]
+
+
+def test_single_image_requests(client, jpegs):
+    [cat] = client.classify([jpegs["chelsea"]])
+    [coffee] = client.classify([jpegs["coffee"]])
+    assert cat[0].index in CATS, cat
+    assert coffee[0].index == ESPRESSO and coffee[0].label == "espresso", coffee
+    assert len(cat) == 5 and abs(sum(p.score for p in cat) - 1) < 1 and cat[0].score >= cat[1].score
+
+
+def test_multi_image_request_of_mixed_formats_and_sizes(client, jpegs, photos):
+    """Several images of different byte lengths and sizes in one [n, 1] BYTES request: no padding."""
+    png = encode(photos["coffee"], "PNG")
+    small = encode(np.asarray(Image.fromarray(photos["chelsea"]).resize((200, 133))), "JPEG", quality=95)
+    images = [jpegs["chelsea"], png, small, jpegs["coffee"]]
+    assert len({len(x) for x in images}) == 4
+    preds = client.classify(images)
+    assert [p[0].index in CATS for p in preds] == [True, False, True, False]
+    assert preds[1][0].index == ESPRESSO and preds[3][0].index == ESPRESSO
+
+
+def test_preprocessed_tensor_equals_independent_reference(client, jpegs, photos):
+    images = [jpegs["chelsea"], encode(photos["coffee"], "PNG"), jpegs["astronaut"]]
+    got = client.preprocess(images)
+    assert got.shape == (3, 3, 224, 224) and got.dtype == np.float32
+    for i, data in enumerate(images):
+        want = reference_pixels(data)
+        np.testing.assert_allclose(got[i], want, rtol=0, atol=1e-6)
+    # the values are real pixels, not a constant: the cat's crop spans most of the range
+    assert got[0].std() > 0.2 and got[0].min() < -0.5 and got[0].max() > 0.5
+
+
+def test_corrupt_image_fails_only_its_own_request_in_a_dynamic_batch(server, jpegs, photos):
+    """Concurrent requests of mixed sizes, one corrupt: exactly that one fails, the rest are
+    correct, they were batched together, and the server stays ready."""
+    from tritonprep_client import ClassifyClient, InferenceFailed
+
+    corrupt = jpegs["coffee"][: len(jpegs["coffee"]) // 2]  # truncated JPEG
+    good = [jpegs["chelsea"], jpegs["coffee"], encode(photos["chelsea"][::2, ::2].copy()), jpegs["rocket"]]
+    expected = ["cat", "espresso", "cat", None]
+    work = [(i % 4, good[i % 4]) for i in range(23)]
+    work.insert(11, (-1, corrupt))
+    before = stats(server, "preprocess")
+
+    def call(item):
+        kind, data = item
+        with ClassifyClient(server.options.grpc_url) as c:
+            try:
+                return kind, c.classify([data])[0]
+            except InferenceFailed as e:
+                return kind, e
+
+    with ThreadPoolExecutor(24) as pool:
+        results = list(pool.map(call, work))
+    failures = [(k, r) for k, r in results if isinstance(r, Exception)]
+    assert [k for k, _ in failures] == [-1], failures
+    assert "truncated" in str(failures[0][1]).lower(), failures
+    for kind, preds in results:
+        if kind >= 0 and expected[kind] == "cat":
+            assert preds[0].index in CATS
+        elif kind >= 0 and expected[kind] == "espresso":
+            assert preds[0].index == ESPRESSO
+    after = stats(server, "preprocess")
+    inferences = int(after["inference_count"]) - int(before["inference_count"])
+    executions = int(after["execution_count"]) - int(before["execution_count"])
+    assert inferences == 24
+    assert executions < 24, "requests were never batched together"
+    assert server.is_ready()
+
+
+def test_bad_inputs_are_errors_for_that_request(client, jpegs):
+    from tritonprep_client import InferenceFailed
+
+    for data, needle in [(b"", "empty"), (b"GIF89a\x01\x00\x01", "gif"), (b"hello world", "signature")]:
+        with pytest.raises(InferenceFailed) as e:
+            client.classify([data])
+        assert needle in str(e.value).lower()
+    # a request whose second image is bad names that image
+    with pytest.raises(InferenceFailed, match="image 2 of 2"):
+        client.classify([jpegs["chelsea"], b"\xff\xd8\xff\xe0 truncated"])
+    assert client.classify([jpegs["coffee"]])[0][0].index == ESPRESSO
