@@ -79,8 +79,22 @@ def normalize_window(spec: PreprocessSpec, resized: np.ndarray, offset_x: int, o
 def resize_pil(spec: PreprocessSpec, im: Image.Image) -> tuple[np.ndarray, int, int]:
     """Resize an RGB Pillow image per ``spec``; return the pixels and the window offsets."""
     plan = plan_resize(spec, im.width, im.height)
-    if (plan.resized_w, plan.resized_h) != (im.width, im.height):
-        im = im.resize((plan.resized_w, plan.resized_h), PIL_FILTERS[spec.interpolation])
+    out_w, out_h = spec.output_width, spec.output_height
+    if (plan.resized_w, plan.resized_h) == (im.width, im.height):
+        return np.asarray(im), plan.offset_x, plan.offset_y
+    inside = (
+        plan.offset_x >= 0 and plan.offset_y >= 0
+        and plan.offset_x + out_w <= plan.resized_w and plan.offset_y + out_h <= plan.resized_h
+    )
+    if inside and plan.resized_w * plan.resized_h > spec.limits.max_pixels:
+        # A pathological aspect ratio (say 1x20000) would make the full resize gigapixels.
+        # Resize only the output window instead: Pillow's `box` uses the same centres and
+        # filter support, though float rounding moves some values by a few levels, which
+        # is why ordinary images take the exact resize-then-crop path below.
+        sx, sy = im.width / plan.resized_w, im.height / plan.resized_h
+        box = (plan.offset_x * sx, plan.offset_y * sy, (plan.offset_x + out_w) * sx, (plan.offset_y + out_h) * sy)
+        return np.asarray(im.resize((out_w, out_h), PIL_FILTERS[spec.interpolation], box=box)), 0, 0
+    im = im.resize((plan.resized_w, plan.resized_h), PIL_FILTERS[spec.interpolation])
     return np.asarray(im), plan.offset_x, plan.offset_y
 
 

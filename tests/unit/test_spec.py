@@ -1,0 +1,116 @@
+"""The preprocessing spec and the model configurations of the repository."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from tritonprep.errors import ConfigError
+from tritonprep.spec import Limits, PreprocessSpec
+
+REPO = Path(__file__).resolve().parents[2] / "model_repository"
+
+
+def load_config(path: Path) -> model_config_pb2.ModelConfig:
+    """Strict parse of a config.pbtxt with Triton's own protobuf schema."""
+    return text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
+
+
+def as_json_config(cfg: model_config_pb2.ModelConfig) -> dict:
+    """The JSON form Triton hands to a Python model (``args['model_config']``)."""
+    from google.protobuf.json_format import MessageToDict
+
+    d = MessageToDict(cfg, preserving_proto_field_name=True)
+    for o in d.get("output", []):
+        o["dims"] = [int(x) for x in o.get("dims", [])]
+    return d
+
+
+CONFIGS = sorted(REPO.glob("*/config.pbtxt")) + sorted(REPO.glob("*/configs/*.pbtxt"))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_config_parses_and_is_named_after_its_folder(path):
+    cfg = load_config(path)
+    folder = path.parent.parent.name if path.parent.name == "configs" else path.parent.name
+    assert cfg.name == folder
+    assert (REPO / folder / "1").is_dir()
+
+
+def test_ensemble_wiring_matches_the_models():
+    configs = {p.parent.name: load_config(p) for p in REPO.glob("*/config.pbtxt")}
+    ens = configs["classify"]
+    assert ens.platform == "ensemble" and (REPO / "classify" / "1" / ".gitkeep").is_file()
+    produced = {i.name: (i.data_type, list(i.dims)) for i in ens.input}
+    for step in ens.ensemble_scheduling.step:
+        model = configs[step.model_name]
+        assert model.max_batch_size >= ens.max_batch_size, step.model_name
+        inputs = {i.name: (i.data_type, list(i.dims)) for i in model.input}
+        for model_input, tensor in step.input_map.items():
+            assert produced[tensor] == inputs[model_input], (step.model_name, model_input)
+        outputs = {o.name: (o.data_type, list(o.dims)) for o in model.output}
+        for model_output, tensor in step.output_map.items():
+            produced[tensor] = outputs[model_output]
+    for out in ens.output:
+        assert produced[out.name] == (out.data_type, list(out.dims)), out.name
+
+
+def test_repository_preprocess_config_gives_the_lite0_spec():
+    spec = PreprocessSpec.from_model_config(as_json_config(load_config(REPO / "preprocess" / "config.pbtxt")))
+    assert (spec.output_height, spec.output_width, spec.resize_shorter) == (224, 224, 256)
+    assert spec.mean == (127.0,) * 3 and spec.std == (128.0,) * 3
+    assert spec.layout == "NCHW" and spec.dtype == "FP32" and spec.channel_order == "RGB"
+    assert spec.output_shape == (3, 224, 224)
+    assert spec.scale[0] == pytest.approx(1 / 128) and spec.bias[0] == pytest.approx(-127 / 128)
+    assert spec.limits == Limits()
+
+
+def test_parameters_are_parsed_and_normalised():
+    spec = PreprocessSpec.from_parameters({
+        "output_size": "320,640", "resize": "Letterbox", "interpolation": "BICUBIC", "mean": "0", "std": "255",
+        "channel_order": "bgr", "layout": "nhwc", "dtype": "fp16", "pad_value": "114", "allowed_formats": "jpeg, png",
+        "max_pixels": "1000",
+    })
+    assert (spec.output_height, spec.output_width) == (320, 640) and spec.resize == "letterbox"
+    assert spec.interpolation == "bicubic" and spec.mean == (0.0,) * 3 and spec.std == (255.0,) * 3
+    assert (spec.channel_order, spec.layout, spec.dtype, spec.pad_value) == ("BGR", "NHWC", "FP16", 114)
+    assert spec.output_shape == (320, 640, 3)
+    assert spec.limits.allowed_formats == ("JPEG", "PNG") and spec.limits.max_pixels == 1000
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"resize": "crop"}, "must be one of"),
+        ({"mean": "1,2"}, "1 or 3 values"),
+        ({"std": "1,0,1"}, "non-zero"),
+        ({"resize_shorter": "200"}, "center crop fits"),
+        ({"output_size": "a,b"}, "comma-separated numbers"),
+        ({"layout": "CHW"}, "layout"),
+        ({"dtype": "INT8"}, "dtype"),
+        ({"executor": "tpu"}, "executor"),
+        ({"allowed_formats": "JPEG,HEIC"}, "allowed_formats"),
+        ({"max_pixels": "0"}, ">= 1"),
+        ({"pad_value": "300"}, "0..255"),
+        ({"mean_rgb": "1"}, "unknown preprocess parameter"),
+    ],
+)
+def test_invalid_parameters_say_what_is_allowed(params, message):
+    with pytest.raises(ConfigError, match=message):
+        PreprocessSpec.from_parameters(params)
+
+
+def test_output_config_must_agree_with_the_spec():
+    cfg = as_json_config(load_config(REPO / "preprocess" / "config.pbtxt"))
+    cfg["output"][0]["dims"] = [224, 224, 3]
+    with pytest.raises(ConfigError, match="has dims \\[224, 224, 3\\] but the parameters describe \\[3, 224, 224\\]"):
+        PreprocessSpec.from_model_config(cfg)
+    cfg = as_json_config(load_config(REPO / "preprocess" / "config.pbtxt"))
+    cfg["output"][0]["data_type"] = "TYPE_FP16"
+    with pytest.raises(ConfigError, match="data_type TYPE_FP16 but parameter dtype is FP32"):
+        PreprocessSpec.from_model_config(cfg)
+    with pytest.raises(ConfigError, match="no output named 'OUT'"):
+        PreprocessSpec.from_model_config(as_json_config(load_config(REPO / "preprocess" / "config.pbtxt")), "OUT")
