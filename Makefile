@@ -1,4 +1,5 @@
 # tritonprep: every target sets up what it needs (idempotent; quick the second time).
+#   make demo    - start the embedded server, classify real photos over gRPC and HTTP, stop
 #   make serve   - embedded Triton server with the sample classifier on localhost:8000/8001/8002
 #   make test    - the test suite (starts real tritonserver processes; GPU tests skip without a GPU)
 #   make model   - export EfficientNet-Lite0 to model_repository/classifier/1/model.onnx
@@ -11,7 +12,7 @@ PIP_FLAGS   ?= -q --disable-pip-version-check
 ONNX        := model_repository/classifier/1/model.onnx
 PYTEST_ARGS ?=
 
-.PHONY: setup model serve test test-gpu clean
+.PHONY: setup model demo serve test test-gpu clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -30,6 +31,9 @@ $(ONNX): scripts/export_classifier.py | $(EXPORT_VENV)/.installed
 setup: $(VENV)/.installed
 
 model: $(ONNX)
+
+demo: setup model
+	$(VENV)/bin/python scripts/demo.py
 
 serve: setup model
 	$(VENV)/bin/tritonprep serve
