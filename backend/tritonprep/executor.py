@@ -13,6 +13,7 @@ must agree with it (see tests/gpu).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -38,8 +39,10 @@ class BatchResult:
 
     output: Any  # numpy.ndarray or cupy.ndarray of shape (n,) + spec.output_shape
     errors: dict[int, ImageError] = field(default_factory=dict)
-    #: how each image was decoded, for metrics: {"cpu": n, "gpu_hw": n, ...}
+    #: how each image was decoded, for metrics: {"cpu": n, "gpu": n, "cpu_fallback": n}
     decoded_by: dict[str, int] = field(default_factory=dict)
+    #: wall-clock seconds of the phases of this call: "decode_s" (all decoding), "total_s"
+    timings: dict[str, float] = field(default_factory=dict)
 
 
 class Executor(Protocol):
@@ -108,21 +111,26 @@ class CpuExecutor:
         self._pool = ThreadPoolExecutor(max_workers=spec.resolved_cpu_threads, thread_name_prefix="tritonprep-cpu")
         log.info("CPU executor: Pillow decode and resize, %d threads", spec.resolved_cpu_threads)
 
-    def _one(self, data: bytes, slot: np.ndarray) -> ImageError | None:
+    def _one(self, data: bytes, slot: np.ndarray) -> tuple[ImageError | None, float]:
+        t0 = time.perf_counter()
         try:
             im = decode_pil(data, self.spec.limits)
         except ImageError as e:
-            return e
+            return e, time.perf_counter() - t0
+        decode_s = time.perf_counter() - t0
         pixels, ox, oy = resize_pil(self.spec, im)
         slot[...] = normalize_window(self.spec, pixels, ox, oy)
-        return None
+        return None, decode_s
 
     def run(self, images: Sequence[bytes]) -> BatchResult:
         """Preprocess ``images``; never raises for a bad image (see :attr:`BatchResult.errors`)."""
+        t0 = time.perf_counter()
         out = np.empty((len(images),) + self.spec.output_shape, NP_DTYPES[self.spec.dtype])
         results = list(self._pool.map(self._one, images, out))
-        errors = {i: e for i, e in enumerate(results) if e is not None}
-        return BatchResult(out, errors, {"cpu": len(images) - len(errors)})
+        errors = {i: e for i, (e, _) in enumerate(results) if e is not None}
+        # decode time summed over worker threads (CPU seconds spent decoding)
+        timings = {"decode_s": sum(d for _, d in results), "total_s": time.perf_counter() - t0}
+        return BatchResult(out, errors, {"cpu": len(images) - len(errors)}, timings)
 
     def close(self) -> None:
         """Stop the worker threads."""
@@ -143,7 +151,8 @@ def create_executor(spec: PreprocessSpec, instance_kind: str = "CPU", device_id:
     try:
         from .gpu import GpuExecutor
 
-        return GpuExecutor(spec, device_id)
+        return GpuExecutor(spec, device_id, use_nvimgcodec=spec.gpu_decoder == "nvimgcodec",
+                           hw_load=spec.hw_decoder_load, fancy_upsampling=spec.fancy_upsampling)
     except RuntimeUnavailable as e:
         if spec.executor == "gpu":
             raise

@@ -1,0 +1,190 @@
+"""The GPU executor: nvImageCodec batch decode + one fused CuPy kernel per ``execute()``.
+
+Per call: the host checks every image's header against the limits (no decoding); the
+JPEGs are decoded on the GPU in one batched nvImageCodec call; what the GPU decoder
+cannot take (other formats, CMYK, images it rejects) is decoded by Pillow on a thread
+pool and uploaded in one copy; then one kernel launch resizes, crops or letterboxes,
+normalizes and lays out every image into the output batch, which stays on the GPU and
+leaves the model through DLPack. All GPU work runs on this instance's own CUDA stream,
+synchronized once at the end, because Triton reads the outputs right after ``execute``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from .decode import check_dimensions, check_encoded
+from .decode.cpu import decode_pil
+from .decode.gpu import DecodedImage, GpuDecoder
+from .decode.jpeg import parse_jpeg
+from .errors import ImageError, RuntimeUnavailable
+from .executor import NP_DTYPES, BatchResult
+from .geometry import plan_resize
+from .spec import PreprocessSpec
+
+log = logging.getLogger(__name__)
+
+
+def _import_cupy() -> Any:
+    try:
+        import cupy
+    except ImportError as e:
+        raise RuntimeUnavailable(f"CuPy is not installed ({e}); pip install 'tritonprep[gpu-cu13]' (or gpu-cu12)") from None
+    return cupy
+
+
+class GpuExecutor:
+    """Decode (nvImageCodec, Pillow fallback) and preprocess (fused CuPy kernel) on one GPU."""
+
+    name = "gpu"
+
+    def __init__(self, spec: PreprocessSpec, device_id: int = 0, *, use_nvimgcodec: bool = True,
+                 hw_load: float = 1.0, fancy_upsampling: bool = True) -> None:
+        cp = _import_cupy()
+        self.cp = cp
+        self.spec = spec
+        try:
+            self.device = cp.cuda.Device(device_id)
+            self.device.use()
+            self.stream = cp.cuda.Stream(non_blocking=True)
+        except cp.cuda.runtime.CUDARuntimeError as e:
+            raise RuntimeUnavailable(f"GPU {device_id} is not usable: {e}") from None
+        from .kernels import ops  # imports CuPy-dependent code only now
+
+        self._ops = ops
+        self.decoder: GpuDecoder | None = None
+        if use_nvimgcodec:
+            try:
+                self.decoder = GpuDecoder(device_id, hw_load=hw_load, fancy_upsampling=fancy_upsampling)
+            except RuntimeUnavailable as e:
+                log.warning("GPU %d: %s; decoding with Pillow, preprocessing on the GPU", device_id, e)
+        self._pool = ThreadPoolExecutor(max_workers=spec.resolved_cpu_threads, thread_name_prefix="tritonprep-gpu-cpu")
+        self._pinned: Any = None
+        self.decoder_name = self.decoder.description if self.decoder else "Pillow (CPU) + upload"
+        log.info("GPU executor on device %d: decoder %s, kernel %s/%s/%s/%s", device_id, self.decoder_name,
+                 spec.interpolation, spec.layout, spec.channel_order, spec.dtype)
+        self._warm_up()
+
+    # ------------------------------------------------------------------ helpers
+    def _warm_up(self) -> None:
+        """Compile the kernel and initialise the decoder now rather than on the first request."""
+        import io
+
+        from PIL import Image
+
+        ramp = np.linspace(0, 255, 64 * 48 * 3).astype(np.uint8).reshape(48, 64, 3)
+        buf = io.BytesIO()
+        Image.fromarray(ramp).save(buf, format="JPEG", quality=90)
+        result = self.run([buf.getvalue()])
+        if result.errors:
+            raise RuntimeUnavailable(f"GPU executor warm-up failed: {result.errors[0]}")
+
+    def _staging(self, nbytes: int) -> np.ndarray:
+        """A pinned host buffer of at least ``nbytes`` (grown by doubling, reused across calls)."""
+        if self._pinned is None or self._pinned.nbytes < nbytes:
+            import cupyx
+
+            self._pinned = cupyx.empty_pinned((max(nbytes, 2 * (0 if self._pinned is None else self._pinned.nbytes)),), np.uint8)
+        return self._pinned
+
+    def _check(self, data: bytes) -> tuple[str, bool]:
+        """Header checks; returns (format, whether the GPU decoder should take it)."""
+        fmt = check_encoded(data, self.spec.limits)
+        if fmt != "JPEG":
+            return fmt, False
+        header = parse_jpeg(data, self.spec.limits.max_progressive_scans)
+        check_dimensions(header.width, header.height, self.spec.limits)
+        return fmt, header.components in (1, 3)  # CMYK/YCCK: Pillow converts Adobe CMYK correctly
+
+    def _gpu_decode(self, data: list[bytes]) -> list[DecodedImage | None]:
+        """Batch decode; if the decoder fails the whole batch, bisect to isolate the culprits."""
+        assert self.decoder is not None
+        try:
+            return self.decoder.decode(data, self.stream.ptr)
+        except (RuntimeError, ValueError) as e:
+            if len(data) == 1:
+                log.warning("nvImageCodec failed on an image (%s); falling back to Pillow for it", e)
+                return [None]
+            mid = len(data) // 2
+            return self._gpu_decode(data[:mid]) + self._gpu_decode(data[mid:])
+
+    def _cpu_decode(self, data: bytes) -> np.ndarray | ImageError:
+        try:
+            return np.ascontiguousarray(np.asarray(decode_pil(data, self.spec.limits)))
+        except ImageError as e:
+            return e
+
+    def _upload(self, arrays: Sequence[np.ndarray]) -> tuple[Any, list[int]]:
+        """Copy decoded host images to the GPU with one transfer; return the buffer and offsets."""
+        offsets, total = [], 0
+        for a in arrays:
+            offsets.append(total)
+            total += (a.nbytes + 255) // 256 * 256
+        staging = self._staging(total)
+        for a, off in zip(arrays, offsets):
+            staging[off : off + a.nbytes] = a.reshape(-1)
+        device_buf = self.cp.empty((total,), dtype=np.uint8)
+        device_buf.set(staging[:total], stream=self.stream)
+        return device_buf, offsets
+
+    # ------------------------------------------------------------------ API
+    def run(self, images: Sequence[bytes]) -> BatchResult:
+        """Preprocess ``images`` into one GPU batch; bad images are reported, never raised."""
+        t0 = time.perf_counter()
+        cp, spec, n = self.cp, self.spec, len(images)
+        errors: dict[int, ImageError] = {}
+        gpu_idx: list[int] = []
+        cpu_idx: list[int] = []
+        for i, data in enumerate(images):
+            try:
+                _, to_gpu = self._check(data)
+            except ImageError as e:
+                errors[i] = e
+                continue
+            (gpu_idx if to_gpu and self.decoder is not None else cpu_idx).append(i)
+
+        sources: dict[int, tuple[int, int, int, int]] = {}
+        keep_alive: list[Any] = []
+        decoded_by = {"gpu": 0, "cpu_fallback": 0}
+        with self.device, self.stream:
+            if gpu_idx:
+                for i, img in zip(gpu_idx, self._gpu_decode([images[i] for i in gpu_idx])):
+                    if img is None:
+                        cpu_idx.append(i)
+                    else:
+                        sources[i] = (img.ptr, img.width, img.height, img.pitch)
+                        keep_alive.append(img.owner)
+                        decoded_by["gpu"] += 1
+            t_decode_gpu = time.perf_counter()
+            if cpu_idx:
+                decoded = list(self._pool.map(self._cpu_decode, [images[i] for i in cpu_idx]))
+                host = [(i, a) for i, a in zip(cpu_idx, decoded) if isinstance(a, np.ndarray)]
+                errors.update({i: a for i, a in zip(cpu_idx, decoded) if isinstance(a, ImageError)})
+                if host:
+                    buf, offsets = self._upload([a for _, a in host])
+                    keep_alive.append(buf)
+                    for (i, a), off in zip(host, offsets):
+                        sources[i] = (buf.data.ptr + off, a.shape[1], a.shape[0], a.shape[1] * 3)
+                    decoded_by["cpu_fallback"] += len(host)
+            t_decode = time.perf_counter()
+            out = cp.empty((n,) + spec.output_shape, dtype=NP_DTYPES[spec.dtype])
+            slots = sorted(sources)
+            plans = [plan_resize(spec, sources[i][1], sources[i][2]) for i in slots]
+            ptrs, meta = self._ops.pack_meta([sources[i] for i in slots], plans, slots)
+            self._ops.launch_resize_normalize(spec, ptrs, meta, out, self.stream)
+            self.stream.synchronize()
+        del keep_alive  # decoded images are released only after the kernel has read them
+        t1 = time.perf_counter()
+        return BatchResult(out, errors, {k: v for k, v in decoded_by.items() if v},
+                           timings={"decode_gpu_s": t_decode_gpu - t0, "decode_s": t_decode - t0, "total_s": t1 - t0})
+
+    def close(self) -> None:
+        """Wait for outstanding GPU work and stop the CPU fallback threads."""
+        self.stream.synchronize()
+        self._pool.shutdown(wait=True)

@@ -1,0 +1,158 @@
+// tritonprep: fused resize -> crop/letterbox -> normalize -> channel order -> layout -> dtype.
+//
+// One launch covers a whole batch of decoded images of different sizes: blockIdx.y is the
+// image, the x dimension covers that image's output pixels; each thread writes the three
+// channels of one output pixel.
+//
+// The resize reproduces Pillow's antialiased resampling (libImaging/Resample.c), the
+// filter most training pipelines use through PIL/torchvision:
+//   * separable, horizontal pass first, each pass rounded and clamped to uint8;
+//   * for output index i: scale = in/out, support = filter_support * max(scale, 1),
+//     center = (i + 0.5) * scale, taps from (int)(center - support + 0.5) to
+//     (int)(center + support + 0.5) (clamped to the image), weights
+//     filter((x - center + 0.5) / max(scale, 1)) normalized to sum 1.
+// Pillow runs the two passes over whole rows; here each thread evaluates the horizontal
+// pass for just the source rows its vertical taps need (rounded to uint8 like Pillow's
+// intermediate image), so the result matches Pillow's to within rounding of its 22-bit
+// fixed-point coefficients. Pillow skips a pass whose size does not change; the formula
+// above reduces to the identity in that case, so no special case is needed.
+//
+// Compile-time options (-D): OUT_HALF (fp16 output, else fp32), OUT_NHWC (else NCHW),
+// OUT_BGR (else RGB), FILTER_BICUBIC (else bilinear).
+
+#ifdef OUT_HALF
+// IEEE fp16 bits, converted with round-to-nearest-even by the PTX instruction (no header needed under NVRTC)
+typedef unsigned short out_t;
+__device__ __forceinline__ out_t to_out(float v) {
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+    return h;
+}
+#else
+typedef float out_t;
+__device__ __forceinline__ out_t to_out(float v) { return v; }
+#endif
+
+#ifdef FILTER_BICUBIC
+#define FILTER_SUPPORT 2.0
+__device__ __forceinline__ float filter_weight(float x) {
+    const float a = -0.5f;  // Pillow's bicubic
+    x = fabsf(x);
+    if (x < 1.0f) return ((a + 2.0f) * x - (a + 3.0f)) * x * x + 1.0f;
+    if (x < 2.0f) return (((x - 5.0f) * x + 8.0f) * x - 4.0f) * a;
+    return 0.0f;
+}
+#else
+#define FILTER_SUPPORT 1.0
+__device__ __forceinline__ float filter_weight(float x) {
+    x = fabsf(x);
+    return x < 1.0f ? 1.0f - x : 0.0f;
+}
+#endif
+
+// Taps of one output coordinate along one axis (Pillow's precompute_coeffs).
+struct Taps {
+    int first;      // first source index
+    int count;      // number of source indices
+    float center;   // center - first, in source pixels
+    float inv;      // 1 / max(scale, 1)
+    float norm;     // 1 / sum of weights
+};
+
+__device__ __forceinline__ Taps make_taps(int i, int in_size, int out_size) {
+    const double scale = (double)in_size / (double)out_size;
+    const double filterscale = scale < 1.0 ? 1.0 : scale;
+    const double support = FILTER_SUPPORT * filterscale;
+    const double center = ((double)i + 0.5) * scale;
+    int lo = (int)(center - support + 0.5);
+    if (lo < 0) lo = 0;
+    int hi = (int)(center + support + 0.5);
+    if (hi > in_size) hi = in_size;
+    Taps t;
+    t.first = lo;
+    t.count = hi - lo;
+    t.center = (float)(center - (double)lo);
+    t.inv = (float)(1.0 / filterscale);
+    float sum = 0.0f;
+    for (int k = 0; k < t.count; ++k) sum += filter_weight(((float)k - t.center + 0.5f) * t.inv);
+    t.norm = sum != 0.0f ? 1.0f / sum : 0.0f;
+    return t;
+}
+
+__device__ __forceinline__ float round_u8(float v) {
+    // Pillow: (sum + 2^(PRECISION_BITS-1)) >> PRECISION_BITS, then clip to 0..255
+    return fminf(fmaxf(floorf(v + 0.5f), 0.0f), 255.0f);
+}
+
+// meta, per image (8 ints): src_w, src_h, src_pitch (bytes), resized_w, resized_h, offset_x, offset_y,
+// output slot (the image's index in `out`, so that failed images of a batch can be skipped)
+extern "C" __global__ void tritonprep_resize_normalize(
+    const unsigned long long* __restrict__ src_ptrs,
+    const int* __restrict__ meta,
+    out_t* __restrict__ out,
+    const int out_h, const int out_w,
+    const float s0, const float s1, const float s2,
+    const float b0, const float b1, const float b2,
+    const float pad)
+{
+    const int img = blockIdx.y;
+    const int pix = blockIdx.x * blockDim.x + threadIdx.x;
+    if (pix >= out_h * out_w) return;
+    const int oy = pix / out_w;
+    const int ox = pix - oy * out_w;
+
+    const int* m = meta + 8 * img;
+    const int src_w = m[0], src_h = m[1], pitch = m[2];
+    const int rw = m[3], rh = m[4];
+    const int rx = ox + m[5], ry = oy + m[6];
+
+    float r, g, b;
+    if (rx < 0 || ry < 0 || rx >= rw || ry >= rh) {
+        r = g = b = pad;
+    } else {
+        const unsigned char* src = reinterpret_cast<const unsigned char*>(src_ptrs[img]);
+        const Taps tx = make_taps(rx, src_w, rw);
+        const Taps ty = make_taps(ry, src_h, rh);
+        float acc_r = 0.0f, acc_g = 0.0f, acc_b = 0.0f;
+        for (int ky = 0; ky < ty.count; ++ky) {
+            const float wy = filter_weight(((float)ky - ty.center + 0.5f) * ty.inv) * ty.norm;
+            const unsigned char* row = src + (size_t)(ty.first + ky) * pitch + 3 * tx.first;
+            float hr = 0.0f, hg = 0.0f, hb = 0.0f;
+            for (int kx = 0; kx < tx.count; ++kx) {
+                const float wx = filter_weight(((float)kx - tx.center + 0.5f) * tx.inv) * tx.norm;
+                hr += wx * (float)__ldg(row + 3 * kx);
+                hg += wx * (float)__ldg(row + 3 * kx + 1);
+                hb += wx * (float)__ldg(row + 3 * kx + 2);
+            }
+            acc_r += wy * round_u8(hr);
+            acc_g += wy * round_u8(hg);
+            acc_b += wy * round_u8(hb);
+        }
+        r = round_u8(acc_r);
+        g = round_u8(acc_g);
+        b = round_u8(acc_b);
+    }
+    // multiply, then add, each rounded (no FMA contraction): bit-identical to the CPU executor's
+    // numpy `pixel * scale + bias` for equal pixels
+    const float vr = __fadd_rn(__fmul_rn(r, s0), b0);
+    const float vg = __fadd_rn(__fmul_rn(g, s1), b1);
+    const float vb = __fadd_rn(__fmul_rn(b, s2), b2);
+#ifdef OUT_BGR
+    const float c0 = vb, c1 = vg, c2 = vr;
+#else
+    const float c0 = vr, c1 = vg, c2 = vb;
+#endif
+    const size_t plane = (size_t)out_h * out_w;
+    const size_t slot = (size_t)m[7];
+#ifdef OUT_NHWC
+    out_t* o = out + slot * plane * 3 + (size_t)pix * 3;
+    o[0] = to_out(c0);
+    o[1] = to_out(c1);
+    o[2] = to_out(c2);
+#else
+    out_t* o = out + slot * plane * 3 + pix;
+    o[0] = to_out(c0);
+    o[plane] = to_out(c1);
+    o[2 * plane] = to_out(c2);
+#endif
+}

@@ -1,0 +1,117 @@
+"""The GPU executor (nvImageCodec + kernel) against the CPU executor, on encoded real photos."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.conftest import encode
+from tests.gpu.conftest import agreement
+from tritonprep.errors import DecodeError, LimitExceeded
+from tritonprep.executor import CpuExecutor
+from tritonprep.spec import Limits, PreprocessSpec
+
+RAW = PreprocessSpec(mean=(0, 0, 0), std=(1, 1, 1))
+
+
+@pytest.fixture(scope="module")
+def gpu_executor(cp, nvimgcodec):
+    from tritonprep.gpu import GpuExecutor
+
+    ex = GpuExecutor(RAW, 0)
+    yield ex
+    ex.close()
+
+
+def test_gpu_and_cpu_executors_agree_on_real_photos(gpu_executor, photos):
+    images = [encode(a, "JPEG", quality=90) for a in photos.values()] + [encode(photos["coffee"], "PNG")]
+    g = gpu_executor.run(images)
+    c = CpuExecutor(RAW).run(images)
+    assert not g.errors and not c.errors
+    assert g.decoded_by == {"gpu": 4, "cpu_fallback": 1}
+    gpu_out = g.output.get()
+    for i, name in enumerate([*photos, "coffee.png"]):
+        within, worst = agreement(gpu_out[i], c.output[i])
+        # JPEG: nvJPEG's IDCT/upsampling differ slightly from libjpeg-turbo; PNG: exact decode
+        assert within >= (0.999 if name.endswith(".png") else 0.97), (name, within, worst)
+        assert np.abs(gpu_out[i] - c.output[i]).mean() < 1.0, name
+
+
+def test_bad_images_fail_alone(gpu_executor, jpegs):
+    images = [jpegs["chelsea"], b"\xff\xd8\xff\xe0garbage", jpegs["coffee"][:500], b"", jpegs["rocket"]]
+    res = gpu_executor.run(images)
+    assert set(res.errors) == {1, 2, 3}
+    assert all(isinstance(e, DecodeError) for e in res.errors.values())
+    ok = CpuExecutor(RAW).run([jpegs["chelsea"], jpegs["rocket"]]).output
+    out = res.output.get()
+    assert agreement(out[0], ok[0])[0] > 0.97 and agreement(out[4], ok[1])[0] > 0.97
+
+
+def test_limits_apply_before_gpu_decode(cp, nvimgcodec, jpegs):
+    from tritonprep.gpu import GpuExecutor
+
+    ex = GpuExecutor(PreprocessSpec(limits=Limits(max_pixels=200_000)), 0)
+    res = ex.run([jpegs["chelsea"], jpegs["astronaut"]])
+    assert list(res.errors) == [1] and isinstance(res.errors[1], LimitExceeded)
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_exif_orientation_on_the_gpu(gpu_executor, photos, orientation):
+    arr = photos["rocket"][:200, :300]
+    im = Image.fromarray(arr)
+    exif = im.getexif()
+    exif[0x0112] = orientation
+    buf = io.BytesIO()
+    im.save(buf, "JPEG", quality=95, exif=exif)
+    data = buf.getvalue()
+    spec = PreprocessSpec(resize="stretch", output_height=300, output_width=300, mean=(0, 0, 0), std=(1, 1, 1))
+    from tritonprep.gpu import GpuExecutor
+
+    g = GpuExecutor(spec, 0).run([data]).output.get()[0]
+    c = CpuExecutor(spec).run([data]).output[0]
+    assert agreement(g, c)[0] > 0.97 and np.abs(g - c).mean() < 1.0
+
+
+@pytest.mark.parametrize("mode", ["L", "CMYK"])
+def test_grayscale_and_cmyk_jpegs(gpu_executor, photos, mode):
+    data = encode(np.asarray(Image.fromarray(photos["astronaut"]).convert(mode)), "JPEG", quality=95) if mode == "L" else None
+    if mode == "CMYK":
+        buf = io.BytesIO()
+        Image.fromarray(photos["astronaut"]).convert("CMYK").save(buf, "JPEG", quality=95)
+        data = buf.getvalue()
+    g = gpu_executor.run([data])
+    c = CpuExecutor(RAW).run([data])
+    assert not g.errors
+    assert np.abs(g.output.get()[0] - c.output[0]).mean() < 1.0
+
+
+def test_progressive_jpeg(gpu_executor, photos):
+    data = encode(photos["coffee"], "JPEG", quality=90, progressive=True)
+    g, c = gpu_executor.run([data]), CpuExecutor(RAW).run([data])
+    assert not g.errors and np.abs(g.output.get()[0] - c.output[0]).mean() < 1.0
+
+
+def test_stream_ordering_stress(cp, nvimgcodec, photos):
+    """Many back-to-back batches with recycled memory: every output must equal the first run's.
+    A decode that wrote before earlier work on the stream finished (or a buffer released too
+    early) shows up as a changed pixel."""
+    from tritonprep.gpu import GpuExecutor
+
+    rng = np.random.default_rng(3)
+    src = Image.fromarray(photos["chelsea"])
+    pool = [encode(np.asarray(src.resize((int(rng.integers(200, 1200)), int(rng.integers(200, 1200))))), "JPEG", quality=90)
+            for _ in range(24)]
+    ex = GpuExecutor(RAW, 0)
+    reference = {i: ex.run([pool[i]]).output.get()[0] for i in range(len(pool))}
+    mismatches = 0
+    for it in range(60):
+        idx = rng.choice(len(pool), size=int(rng.integers(8, 48)))
+        out = ex.run([pool[i] for i in idx]).output
+        junk = cp.random.random((4, 1 << 20), dtype=cp.float32)  # churn the memory pool between batches
+        del junk
+        got = out.get()
+        mismatches += sum(int(not np.array_equal(got[k], reference[i])) for k, i in enumerate(idx))
+    assert mismatches == 0

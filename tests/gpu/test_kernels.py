@@ -1,0 +1,94 @@
+"""The fused resize/crop/normalize kernel against the CPU executor (Pillow), on real photos."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.gpu.conftest import agreement
+from tritonprep.executor import normalize_window, resize_pil
+from tritonprep.geometry import plan_resize
+from tritonprep.spec import PreprocessSpec
+
+
+def gpu_preprocess(cp, spec: PreprocessSpec, arrays: list[np.ndarray]) -> np.ndarray:
+    """Upload uint8 RGB arrays and run the kernel on all of them in one launch."""
+    from tritonprep.kernels import ops
+
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        dev = [cp.asarray(a) for a in arrays]
+        sources = [(d.data.ptr, a.shape[1], a.shape[0], a.shape[1] * 3) for d, a in zip(dev, arrays)]
+        plans = [plan_resize(spec, a.shape[1], a.shape[0]) for a in arrays]
+        out = cp.full((len(arrays),) + spec.output_shape, np.nan, dtype=np.float16 if spec.dtype == "FP16" else np.float32)
+        ptrs, meta = ops.pack_meta(sources, plans, list(range(len(arrays))))
+        ops.launch_resize_normalize(spec, ptrs, meta, out, stream)
+        stream.synchronize()
+        return cp.asnumpy(out)
+
+
+def cpu_preprocess(spec: PreprocessSpec, arr: np.ndarray) -> np.ndarray:
+    pixels, ox, oy = resize_pil(spec, Image.fromarray(arr))
+    return normalize_window(spec, pixels, ox, oy)
+
+
+RAW = PreprocessSpec(mean=(0, 0, 0), std=(1, 1, 1))  # outputs in pixel units
+
+
+@pytest.mark.parametrize("interpolation", ["bilinear", "bicubic"])
+@pytest.mark.parametrize(
+    "geometry",
+    [
+        {"resize_shorter": 256},                                            # ImageNet eval: ~1.2-2.5x down
+        {"resize_shorter": 64, "output_size": (56, 56)},                     # ~5-10x down
+        {"resize_shorter": 1024, "output_size": (896, 896)},                 # 1.6-3.4x up
+        {"resize": "stretch", "output_size": (300, 500)},                    # different factor per axis
+        {"resize": "letterbox", "output_size": (640, 640), "pad_value": 114},
+    ],
+    ids=["crop256", "down8x", "up2x", "stretch", "letterbox"],
+)
+def test_kernel_matches_pillow_on_real_photos(cp, photos, interpolation, geometry):
+    geometry = dict(geometry)
+    size = geometry.pop("output_size", (224, 224))
+    spec = PreprocessSpec(output_height=size[0], output_width=size[1], interpolation=interpolation, mean=(0, 0, 0),
+                          std=(1, 1, 1), **geometry)
+    arrays = list(photos.values())
+    got = gpu_preprocess(cp, spec, arrays)
+    assert not np.isnan(got).any(), "kernel left output values unwritten"
+    for name, arr, g in zip(photos, arrays, got):
+        within, worst = agreement(g, cpu_preprocess(spec, arr))
+        assert within >= 0.999, (name, within, worst)
+        assert worst <= 2, (name, worst)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("order", ["RGB", "BGR"])
+@pytest.mark.parametrize("dtype", ["FP32", "FP16"])
+def test_layout_order_dtype_and_normalization(cp, photos, layout, order, dtype):
+    spec = PreprocessSpec(layout=layout, channel_order=order, dtype=dtype, mean=(123.675, 116.28, 103.53),
+                          std=(58.395, 57.12, 57.375))
+    arr = photos["chelsea"]
+    got = gpu_preprocess(cp, spec, [arr])[0].astype(np.float32)
+    want = cpu_preprocess(spec, arr).astype(np.float32)
+    assert got.shape == spec.output_shape
+    tol = 1.0 / 57.12 + (2e-3 if dtype == "FP16" else 1e-6)  # one uint8 level, plus fp16 rounding
+    diff = np.abs(got - want)
+    assert (diff <= tol).mean() >= 0.999 and diff.max() <= 2 * tol + 1e-2
+
+
+def test_identical_pixels_normalize_bit_exactly(cp):
+    """No resize: the kernel's normalize must equal numpy's bit for bit."""
+    spec = PreprocessSpec(resize="stretch", output_height=31, output_width=17, mean=(1.5, 2.5, 3.5), std=(3, 7, 11))
+    arr = np.random.default_rng(0).integers(0, 256, (31, 17, 3), dtype=np.uint8)
+    np.testing.assert_array_equal(gpu_preprocess(cp, spec, [arr])[0], cpu_preprocess(spec, arr))
+
+
+def test_one_launch_over_many_variable_sizes(cp, photos):
+    rng = np.random.default_rng(7)
+    src = Image.fromarray(photos["astronaut"])
+    arrays = [np.asarray(src.resize((int(rng.integers(40, 1500)), int(rng.integers(40, 1500))))) for _ in range(64)]
+    got = gpu_preprocess(cp, RAW, arrays)
+    assert not np.isnan(got).any()
+    worst_fraction = min(agreement(g, cpu_preprocess(RAW, a))[0] for g, a in zip(got, arrays))
+    assert worst_fraction >= 0.999
