@@ -39,7 +39,7 @@ class BatchResult:
 
     output: Any  # numpy.ndarray or cupy.ndarray of shape (n,) + spec.output_shape
     errors: dict[int, ImageError] = field(default_factory=dict)
-    #: how each image was decoded, for metrics: {"cpu": n, "gpu": n, "cpu_fallback": n}
+    #: how each image was decoded, for metrics: {"cpu": n, "gpu_hw": n, "gpu_cuda": n, "cpu_fallback": n}
     decoded_by: dict[str, int] = field(default_factory=dict)
     #: wall-clock seconds of the phases of this call: "decode_s" (all decoding), "total_s"
     timings: dict[str, float] = field(default_factory=dict)
@@ -152,7 +152,7 @@ def create_executor(spec: PreprocessSpec, instance_kind: str = "CPU", device_id:
         from .gpu import GpuExecutor
 
         return GpuExecutor(spec, device_id, use_nvimgcodec=spec.gpu_decoder == "nvimgcodec",
-                           hw_load=spec.hw_decoder_load, fancy_upsampling=spec.fancy_upsampling)
+                           hw_decoder=spec.hw_decoder, fancy_upsampling=spec.fancy_upsampling)
     except RuntimeUnavailable as e:
         if spec.executor == "gpu":
             raise

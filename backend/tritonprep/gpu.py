@@ -45,7 +45,7 @@ class GpuExecutor:
     name = "gpu"
 
     def __init__(self, spec: PreprocessSpec, device_id: int = 0, *, use_nvimgcodec: bool = True,
-                 hw_load: float = 1.0, fancy_upsampling: bool = True) -> None:
+                 hw_decoder: bool = True, fancy_upsampling: bool = True) -> None:
         cp = _import_cupy()
         self.cp = cp
         self.spec = spec
@@ -61,7 +61,7 @@ class GpuExecutor:
         self.decoder: GpuDecoder | None = None
         if use_nvimgcodec:
             try:
-                self.decoder = GpuDecoder(device_id, hw_load=hw_load, fancy_upsampling=fancy_upsampling)
+                self.decoder = GpuDecoder(device_id, hw_decoder=hw_decoder, fancy_upsampling=fancy_upsampling)
             except RuntimeUnavailable as e:
                 log.warning("GPU %d: %s; decoding with Pillow, preprocessing on the GPU", device_id, e)
         self._pool = ThreadPoolExecutor(max_workers=spec.resolved_cpu_threads, thread_name_prefix="tritonprep-gpu-cpu")
@@ -151,7 +151,7 @@ class GpuExecutor:
 
         sources: dict[int, tuple[int, int, int, int]] = {}
         keep_alive: list[Any] = []
-        decoded_by = {"gpu": 0, "cpu_fallback": 0}
+        decoded_by = {"gpu_hw": 0, "gpu_cuda": 0, "cpu_fallback": 0}
         with self.device, self.stream:
             if gpu_idx:
                 for i, img in zip(gpu_idx, self._gpu_decode([images[i] for i in gpu_idx])):
@@ -160,7 +160,7 @@ class GpuExecutor:
                     else:
                         sources[i] = (img.ptr, img.width, img.height, img.pitch)
                         keep_alive.append(img.owner)
-                        decoded_by["gpu"] += 1
+                        decoded_by[img.path] += 1
             t_decode_gpu = time.perf_counter()
             if cpu_idx:
                 decoded = list(self._pool.map(self._cpu_decode, [images[i] for i in cpu_idx]))

@@ -19,7 +19,7 @@ Parameter reference (all values are strings, as Triton requires)::
     executor         "auto"               | "gpu" | "cpu"
     cpu_threads      "0"                  CPU executor decode/resize threads (0: one per core, max 8)
     gpu_decoder      "nvimgcodec"         | "pillow"  (GPU executor: decode on the GPU, or on the CPU then upload)
-    hw_decoder_load  "1.0"                share of JPEGs offered to the hardware decoder first (0 disables it)
+    hw_decoder       "true"               try the GPU's hardware JPEG decoder first (then nvJPEG CUDA, then Pillow)
     fancy_upsampling "true"               JPEG chroma upsampling like libjpeg-turbo's default (GPU decoder option)
     max_encoded_bytes       "20000000"    largest accepted encoded image
     max_pixels              "16800000"    largest accepted decoded image (width*height)
@@ -120,7 +120,7 @@ class PreprocessSpec:
     executor: str = "auto"
     cpu_threads: int = 0
     gpu_decoder: str = "nvimgcodec"
-    hw_decoder_load: float = 1.0
+    hw_decoder: bool = True
     fancy_upsampling: bool = True
     limits: Limits = field(default_factory=Limits)
 
@@ -151,8 +151,6 @@ class PreprocessSpec:
             raise ConfigError(f"cpu_threads must be >= 0, got {self.cpu_threads}")
         if self.gpu_decoder not in GPU_DECODERS:
             raise ConfigError(f"gpu_decoder must be one of {GPU_DECODERS}, got {self.gpu_decoder!r}")
-        if not 0.0 <= self.hw_decoder_load <= 1.0:
-            raise ConfigError(f"hw_decoder_load must be between 0 and 1, got {self.hw_decoder_load}")
 
     # ------------------------------------------------------------------ derived values
     @property
@@ -209,10 +207,9 @@ class PreprocessSpec:
             kw["cpu_threads"] = _int("cpu_threads", params["cpu_threads"])
         if "gpu_decoder" in params:
             kw["gpu_decoder"] = _choice("gpu_decoder", params["gpu_decoder"], GPU_DECODERS)
-        if "hw_decoder_load" in params:
-            kw["hw_decoder_load"] = _floats("hw_decoder_load", params["hw_decoder_load"], 1)[0]
-        if "fancy_upsampling" in params:
-            kw["fancy_upsampling"] = _choice("fancy_upsampling", params["fancy_upsampling"], ("true", "false")) == "true"
+        for name in ("hw_decoder", "fancy_upsampling"):
+            if name in params:
+                kw[name] = _choice(name, params[name], ("true", "false")) == "true"
         lim: dict[str, Any] = {}
         for name in ("max_encoded_bytes", "max_pixels", "max_images_per_request", "max_progressive_scans"):
             if name in params:

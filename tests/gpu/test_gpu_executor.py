@@ -31,12 +31,12 @@ def test_gpu_and_cpu_executors_agree_on_real_photos(gpu_executor, photos):
     g = gpu_executor.run(images)
     c = CpuExecutor(RAW).run(images)
     assert not g.errors and not c.errors
-    assert g.decoded_by == {"gpu": 4, "cpu_fallback": 1}
+    assert g.decoded_by.get("cpu_fallback") == 1 and g.decoded_by.get("gpu_hw", 0) + g.decoded_by.get("gpu_cuda", 0) == 4
     gpu_out = g.output.get()
     for i, name in enumerate([*photos, "coffee.png"]):
         within, worst = agreement(gpu_out[i], c.output[i])
-        # JPEG: nvJPEG's IDCT/upsampling differ slightly from libjpeg-turbo; PNG: exact decode
-        assert within >= (0.999 if name.endswith(".png") else 0.97), (name, within, worst)
+        # hardware decoder: within 1 level of libjpeg-turbo; PNG: Pillow on both sides
+        assert within >= (0.999 if name.endswith(".png") or "gpu_hw" in g.decoded_by else 0.97), (name, within, worst)
         assert np.abs(gpu_out[i] - c.output[i]).mean() < 1.0, name
 
 

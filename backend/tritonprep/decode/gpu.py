@@ -1,11 +1,20 @@
-"""nvImageCodec decoding on the GPU: one batched call for all images of an ``execute()``.
+"""nvImageCodec decoding on the GPU: batched calls for all images of an ``execute()``.
 
-The hardware JPEG decoder (A100/H100 and later) comes first, the CUDA nvJPEG decoder
-next; what neither can decode comes back as ``None`` and the GPU executor decodes it with
-Pillow instead, for that image only. Decoded images stay in device memory.
+Decoding runs in stages, each a single batched call over what the previous stage left:
 
-Ordering: the decode is issued with the caller's CUDA stream, on which nvImageCodec makes
-the results visible; the caller enqueues its kernels on the same stream and synchronizes it
+1. the hardware JPEG decoder (A100, H100 and later): bit-for-bit within 1 level of
+   libjpeg-turbo (Pillow) on real photos;
+2. nvJPEG's CUDA / hybrid decoders, for JPEGs the hardware decoder does not take
+   (progressive, unusual subsampling) or on GPUs without one (within ~3 levels of Pillow);
+3. ``None`` is returned for what neither takes; the GPU executor decodes those with Pillow.
+
+The stages are kept apart on purpose: letting nvImageCodec split one batch across the
+hardware and CUDA decoders by load makes the decoder of an image, and so its pixels,
+depend on what else was in the batch (measured on an H100: up to 3 levels); staged
+decoding is deterministic and tells which path decoded each image (for metrics).
+
+Ordering: every call is issued on the caller's CUDA stream, on which nvImageCodec makes the
+results visible; the caller enqueues its kernels on the same stream and synchronizes it
 before letting the images go, so no buffer is freed or reused while still being read.
 """
 
@@ -30,6 +39,7 @@ class DecodedImage:
     height: int
     pitch: int
     owner: Any
+    path: str  # "gpu_hw" or "gpu_cuda"
 
 
 def import_nvimgcodec() -> Any:
@@ -44,40 +54,53 @@ def import_nvimgcodec() -> Any:
 
 
 class GpuDecoder:
-    """A batched nvImageCodec decoder bound to one GPU."""
+    """Staged batched nvImageCodec decoding (hardware, then CUDA/hybrid) on one GPU."""
 
-    def __init__(self, device_id: int, *, hw_load: float = 1.0, fancy_upsampling: bool = True,
+    def __init__(self, device_id: int, *, hw_decoder: bool = True, fancy_upsampling: bool = True,
                  cpu_threads: int = 0) -> None:
         nv = import_nvimgcodec()
         self.nv = nv
-        backends = []
-        if hw_load > 0:
-            backends.append(nv.Backend(nv.BackendKind.HW_GPU_ONLY, load_hint=hw_load))
-        backends += [nv.Backend(nv.BackendKind.GPU_ONLY), nv.Backend(nv.BackendKind.HYBRID_CPU_GPU)]
         options = ":fancy_upsampling=1" if fancy_upsampling else ""
-        self.decoder = nv.Decoder(device_id=device_id, max_num_cpu_threads=cpu_threads, backends=backends, options=options)
+        self.stages: list[tuple[str, Any]] = []
+        wanted = ([("gpu_hw", [nv.BackendKind.HW_GPU_ONLY])] if hw_decoder else []) + [
+            ("gpu_cuda", [nv.BackendKind.GPU_ONLY, nv.BackendKind.HYBRID_CPU_GPU])]
+        for path, kinds in wanted:
+            try:
+                dec = nv.Decoder(device_id=device_id, max_num_cpu_threads=cpu_threads,
+                                 backends=[nv.Backend(k) for k in kinds], options=options)
+            except RuntimeError as e:  # e.g. no hardware decoder on this GPU
+                log.info("nvImageCodec %s decoder unavailable on GPU %d: %s", path, device_id, e)
+                continue
+            self.stages.append((path, dec))
+        if not self.stages:
+            raise RuntimeUnavailable(f"nvImageCodec could not create any GPU decoder on GPU {device_id}")
         self.params = nv.DecodeParams(apply_exif_orientation=True, color_spec=nv.ColorSpec.SRGB, allow_any_depth=False)
-        self.description = f"nvImageCodec (hw_load={hw_load}, fancy_upsampling={int(fancy_upsampling)})"
+        self.description = "nvImageCodec " + " -> ".join(p for p, _ in self.stages)
+
+    def _wrap(self, img: Any, path: str) -> DecodedImage | None:
+        if img is None or img.buffer_kind != self.nv.ImageBufferKind.STRIDED_DEVICE:
+            return None
+        cai = img.__cuda_array_interface__
+        shape, strides = cai["shape"], cai.get("strides")
+        if len(shape) != 3 or shape[2] != 3 or cai["typestr"] != "|u1":
+            return None  # not 8-bit RGB: let Pillow handle it
+        if strides and tuple(strides[1:]) != (3, 1):
+            return None
+        pitch = strides[0] if strides else shape[1] * 3
+        return DecodedImage(int(cai["data"][0]), int(shape[1]), int(shape[0]), int(pitch), img, path)
 
     def decode(self, data: Sequence[bytes], stream_ptr: int) -> list[DecodedImage | None]:
-        """Decode ``data`` on ``stream_ptr``; ``None`` where an image could not be decoded as RGB."""
-        if not data:
-            return []
-        streams = [self.nv.CodeStream(d) for d in data]
-        images = self.decoder.decode(streams, params=self.params, cuda_stream=stream_ptr)
-        out: list[DecodedImage | None] = []
-        for img in images:
-            if img is None:
-                out.append(None)
-                continue
-            cai = img.__cuda_array_interface__
-            shape, strides = cai["shape"], cai.get("strides")
-            if len(shape) != 3 or shape[2] != 3 or cai["typestr"] != "|u1":
-                out.append(None)  # not 8-bit RGB: let Pillow handle it
-                continue
-            pitch = strides[0] if strides else shape[1] * 3
-            if strides and strides[1:] != (3, 1):
-                out.append(None)
-                continue
-            out.append(DecodedImage(int(cai["data"][0]), int(shape[1]), int(shape[0]), int(pitch), img))
-        return out
+        """Decode ``data`` on ``stream_ptr``; ``None`` where no GPU stage produced 8-bit RGB."""
+        results: list[DecodedImage | None] = [None] * len(data)
+        todo = list(range(len(data)))
+        for path, dec in self.stages:
+            if not todo:
+                break
+            images = dec.decode([self.nv.CodeStream(data[i]) for i in todo], params=self.params, cuda_stream=stream_ptr)
+            left = []
+            for i, img in zip(todo, images):
+                results[i] = self._wrap(img, path)
+                if results[i] is None:
+                    left.append(i)
+            todo = left
+        return results
