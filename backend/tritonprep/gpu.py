@@ -61,7 +61,7 @@ class GpuExecutor:
         self.decoder: GpuDecoder | None = None
         if use_nvimgcodec:
             try:
-                self.decoder = GpuDecoder(device_id, hw_decoder=hw_decoder, fancy_upsampling=fancy_upsampling)
+                self.decoder = GpuDecoder(device_id, self.stream, hw_decoder=hw_decoder, fancy_upsampling=fancy_upsampling)
             except RuntimeUnavailable as e:
                 log.warning("GPU %d: %s; decoding with Pillow, preprocessing on the GPU", device_id, e)
         self._pool = ThreadPoolExecutor(max_workers=spec.resolved_cpu_threads, thread_name_prefix="tritonprep-gpu-cpu")
@@ -106,7 +106,7 @@ class GpuExecutor:
         """Batch decode; if the decoder fails the whole batch, bisect to isolate the culprits."""
         assert self.decoder is not None
         try:
-            return self.decoder.decode(data, self.stream.ptr)
+            return self.decoder.decode(data)
         except (RuntimeError, ValueError) as e:
             if len(data) == 1:
                 log.warning("nvImageCodec failed on an image (%s); falling back to Pillow for it", e)
@@ -185,6 +185,14 @@ class GpuExecutor:
                            timings={"decode_gpu_s": t_decode_gpu - t0, "decode_s": t_decode - t0, "total_s": t1 - t0})
 
     def close(self) -> None:
-        """Wait for outstanding GPU work and stop the CPU fallback threads."""
+        """Wait for outstanding GPU work, then release the decoders and the CPU fallback threads."""
         self.stream.synchronize()
+        if self.decoder is not None:
+            self.decoder.close()
         self._pool.shutdown(wait=True)
+
+    def __enter__(self) -> GpuExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

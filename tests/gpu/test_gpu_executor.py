@@ -53,13 +53,25 @@ def test_bad_images_fail_alone(gpu_executor, jpegs):
 def test_limits_apply_before_gpu_decode(cp, nvimgcodec, jpegs):
     from tritonprep.gpu import GpuExecutor
 
-    ex = GpuExecutor(PreprocessSpec(limits=Limits(max_pixels=200_000)), 0)
-    res = ex.run([jpegs["chelsea"], jpegs["astronaut"]])
+    with GpuExecutor(PreprocessSpec(limits=Limits(max_pixels=200_000)), 0) as ex:
+        res = ex.run([jpegs["chelsea"], jpegs["astronaut"]])
     assert list(res.errors) == [1] and isinstance(res.errors[1], LimitExceeded)
 
 
+STRETCH = PreprocessSpec(resize="stretch", output_height=300, output_width=300, mean=(0, 0, 0), std=(1, 1, 1))
+
+
+@pytest.fixture(scope="module")
+def stretch_executor(cp, nvimgcodec):
+    from tritonprep.gpu import GpuExecutor
+
+    with GpuExecutor(STRETCH, 0) as ex:
+        yield ex
+
+
 @pytest.mark.parametrize("orientation", range(1, 9))
-def test_exif_orientation_on_the_gpu(gpu_executor, photos, orientation):
+def test_exif_orientation_on_the_gpu(stretch_executor, photos, orientation):
+    """All 8 EXIF orientations, on a 300x200 picture: the GPU path turns it upright like Pillow."""
     arr = photos["rocket"][:200, :300]
     im = Image.fromarray(arr)
     exif = im.getexif()
@@ -67,12 +79,15 @@ def test_exif_orientation_on_the_gpu(gpu_executor, photos, orientation):
     buf = io.BytesIO()
     im.save(buf, "JPEG", quality=95, exif=exif)
     data = buf.getvalue()
-    spec = PreprocessSpec(resize="stretch", output_height=300, output_width=300, mean=(0, 0, 0), std=(1, 1, 1))
-    from tritonprep.gpu import GpuExecutor
-
-    g = GpuExecutor(spec, 0).run([data]).output.get()[0]
-    c = CpuExecutor(spec).run([data]).output[0]
+    g = stretch_executor.run([data]).output.get()[0]
+    c = CpuExecutor(STRETCH).run([data]).output[0]
     assert agreement(g, c)[0] > 0.97 and np.abs(g - c).mean() < 1.0
+    # and the orientation really changed the picture (against orientation 1)
+    if orientation != 1:
+        plain = io.BytesIO()
+        im.save(plain, "JPEG", quality=95)
+        upright = CpuExecutor(STRETCH).run([plain.getvalue()]).output[0]
+        assert np.abs(g - upright).mean() > 5
 
 
 @pytest.mark.parametrize("mode", ["L", "CMYK"])
@@ -104,14 +119,14 @@ def test_stream_ordering_stress(cp, nvimgcodec, photos):
     src = Image.fromarray(photos["chelsea"])
     pool = [encode(np.asarray(src.resize((int(rng.integers(200, 1200)), int(rng.integers(200, 1200))))), "JPEG", quality=90)
             for _ in range(24)]
-    ex = GpuExecutor(RAW, 0)
-    reference = {i: ex.run([pool[i]]).output.get()[0] for i in range(len(pool))}
     mismatches = 0
-    for it in range(60):
-        idx = rng.choice(len(pool), size=int(rng.integers(8, 48)))
-        out = ex.run([pool[i] for i in idx]).output
-        junk = cp.random.random((4, 1 << 20), dtype=cp.float32)  # churn the memory pool between batches
-        del junk
-        got = out.get()
-        mismatches += sum(int(not np.array_equal(got[k], reference[i])) for k, i in enumerate(idx))
+    with GpuExecutor(RAW, 0) as ex:
+        reference = {i: ex.run([pool[i]]).output.get()[0] for i in range(len(pool))}
+        for _ in range(60):
+            idx = rng.choice(len(pool), size=int(rng.integers(8, 48)))
+            out = ex.run([pool[i] for i in idx]).output
+            junk = cp.random.random((4, 1 << 20), dtype=cp.float32)  # churn the memory pool between batches
+            del junk
+            got = out.get()
+            mismatches += sum(int(not np.array_equal(got[k], reference[i])) for k, i in enumerate(idx))
     assert mismatches == 0

@@ -56,10 +56,11 @@ def import_nvimgcodec() -> Any:
 class GpuDecoder:
     """Staged batched nvImageCodec decoding (hardware, then CUDA/hybrid) on one GPU."""
 
-    def __init__(self, device_id: int, *, hw_decoder: bool = True, fancy_upsampling: bool = True,
+    def __init__(self, device_id: int, stream: Any, *, hw_decoder: bool = True, fancy_upsampling: bool = True,
                  cpu_threads: int = 0) -> None:
         nv = import_nvimgcodec()
         self.nv = nv
+        self.stream = stream  # nvImageCodec keeps using the stream it decoded on until its decoders go
         options = ":fancy_upsampling=1" if fancy_upsampling else ""
         self.stages: list[tuple[str, Any]] = []
         wanted = ([("gpu_hw", [nv.BackendKind.HW_GPU_ONLY])] if hw_decoder else []) + [
@@ -77,6 +78,10 @@ class GpuDecoder:
         self.params = nv.DecodeParams(apply_exif_orientation=True, color_spec=nv.ColorSpec.SRGB, allow_any_depth=False)
         self.description = "nvImageCodec " + " -> ".join(p for p, _ in self.stages)
 
+    def close(self) -> None:
+        """Destroy the decoders before the stream they used (teardown order matters)."""
+        self.stages.clear()
+
     def _wrap(self, img: Any, path: str) -> DecodedImage | None:
         if img is None or img.buffer_kind != self.nv.ImageBufferKind.STRIDED_DEVICE:
             return None
@@ -89,8 +94,9 @@ class GpuDecoder:
         pitch = strides[0] if strides else shape[1] * 3
         return DecodedImage(int(cai["data"][0]), int(shape[1]), int(shape[0]), int(pitch), img, path)
 
-    def decode(self, data: Sequence[bytes], stream_ptr: int) -> list[DecodedImage | None]:
-        """Decode ``data`` on ``stream_ptr``; ``None`` where no GPU stage produced 8-bit RGB."""
+    def decode(self, data: Sequence[bytes]) -> list[DecodedImage | None]:
+        """Decode ``data`` on the decoder's stream; ``None`` where no GPU stage produced 8-bit RGB."""
+        stream_ptr = self.stream.ptr
         results: list[DecodedImage | None] = [None] * len(data)
         todo = list(range(len(data)))
         for path, dec in self.stages:

@@ -1,8 +1,8 @@
 """A JPEG marker walker: reads what the limits need without decoding a pixel.
 
-It finds the frame header (size, components, progressive or not), counts scans and
-insists on the end-of-image marker, so that both executors reject the same inputs before
-any decoder sees them: oversized frames, progressive files with too many scans (a known
+It walks the header segments to the frame header (size, components, progressive or not)
+and the first scan, then counts the scans and insists on the end-of-image marker, so that
+both executors reject the same inputs before any decoder sees them: oversized frames, progressive files with too many scans (a known
 CPU-exhaustion vector), and truncated files that decoders would otherwise fill with gray.
 """
 
@@ -26,22 +26,6 @@ class JpegHeader:
     components: int
     progressive: bool
     scans: int
-
-
-def _skip_entropy(data: bytes, pos: int) -> int:
-    """Return the offset of the first marker after entropy-coded data starting at ``pos``."""
-    n = len(data)
-    while True:
-        pos = data.find(b"\xff", pos)
-        if pos < 0 or pos + 1 >= n:
-            raise DecodeError("truncated JPEG: the data ends inside a scan, before the end-of-image marker")
-        nxt = data[pos + 1]
-        if nxt == 0x00 or 0xD0 <= nxt <= 0xD7:  # stuffed byte or restart marker
-            pos += 2
-        elif nxt == 0xFF:  # fill byte before a marker
-            pos += 1
-        else:
-            return pos
 
 
 def parse_jpeg(data: bytes, max_scans: int) -> JpegHeader:
@@ -80,10 +64,19 @@ def parse_jpeg(data: bytes, max_scans: int) -> JpegHeader:
         if marker == _SOS:
             if frame is None:
                 raise DecodeError("corrupt JPEG: scan before any frame header")
-            scans += 1
+            # Past the first scan header, search instead of walking the entropy-coded data:
+            # there a 0xFF byte is always followed by 0x00 (stuffing), a restart marker or a
+            # real marker, so every 0xFFDA is a scan header and 0xFFD9 only appears as the end
+            # of the image. Scans are counted for progressive files only (each scan makes the
+            # decoder revisit every coefficient: the known CPU-exhaustion vector); a sequential
+            # file's extra scans cost nothing extra. (A Huffman table between progressive scans
+            # could hold the byte pair 0xFFDA; that only over-counts, conservatively.)
+            scans = 1 + data.count(b"\xff\xda", pos) if frame[3] else 1
             if scans > max_scans:
-                raise LimitExceeded(f"progressive JPEG has more than {max_scans} scans (limit max_progressive_scans)")
-            pos = _skip_entropy(data, pos)
+                raise LimitExceeded(f"progressive JPEG has {scans} scans, over the limit max_progressive_scans={max_scans}")
+            if data.rfind(b"\xff\xd9", pos) < 0:
+                raise DecodeError("truncated JPEG: the data ends before the end-of-image marker")
+            break
     if frame is None or scans == 0:
         raise DecodeError("corrupt JPEG: no frame or no scan before the end-of-image marker")
     width, height, components, progressive = frame
