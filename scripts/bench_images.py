@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import io
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -27,8 +28,18 @@ SIZES = {"500x375": (500, 375), "1280x720": (1280, 720), "1920x1080": (1920, 108
 
 
 def photos() -> list[np.ndarray]:
-    """scikit-image's colour photographs as RGB uint8 arrays."""
-    from skimage import data
+    """scikit-image's colour photographs as RGB uint8 arrays.
+
+    Where scikit-image is not installed (the GPU machine's isolated venv), the same photos are
+    read from the PNG files in ``$TRITONPREP_PHOTOS`` (written by ``--export-photos DIR``).
+    """
+    try:
+        from skimage import data
+    except ImportError:
+        folder = os.environ.get("TRITONPREP_PHOTOS")
+        if not folder:
+            raise
+        return [np.asarray(Image.open(p).convert("RGB")) for p in sorted(Path(folder).glob("*.png"))]
 
     out = []
     for name in ("chelsea", "coffee", "astronaut", "rocket", "hubble_deep_field", "immunohistochemistry", "retina",
@@ -76,8 +87,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--export-photos", action="store_true", help="write the source photos as PNGs into --out instead")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    if args.export_photos:
+        from skimage import data
+
+        args.out.mkdir(parents=True, exist_ok=True)
+        for name in ("chelsea", "coffee", "astronaut", "rocket", "hubble_deep_field", "immunohistochemistry", "retina"):
+            Image.fromarray(np.asarray(getattr(data, name)())[..., :3]).save(args.out / f"{name}.png")
+        log.info("wrote the source photos to %s", args.out)
+        return 0
     args.out.mkdir(parents=True, exist_ok=True)
     blobs = make_jpegs(*SIZES[args.size], args.count, args.seed)
     for i, blob in enumerate(blobs):

@@ -168,6 +168,11 @@ def input_array(request: Any, name: str) -> Any:
     return cupy.from_dlpack(tensor)
 
 
+def placement(array: Any) -> str:
+    """"CPU" for a numpy array, "GPU" for a CuPy one (for logs that prove zero-copy handoff)."""
+    return "CPU" if isinstance(array, np.ndarray) else "GPU"
+
+
 def concat(arrays: Sequence[Any]) -> Any:
     """Concatenate numpy or CuPy arrays along the batch axis (no copy for a single array)."""
     if len(arrays) == 1:

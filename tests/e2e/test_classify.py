@@ -59,13 +59,17 @@ def test_multi_image_request_of_mixed_formats_and_sizes(client, jpegs, photos):
     assert preds[1][0].index == ESPRESSO and preds[3][0].index == ESPRESSO
 
 
-def test_preprocessed_tensor_equals_independent_reference(client, jpegs, photos):
+def test_preprocessed_tensor_equals_independent_reference(server, client, jpegs, photos):
     images = [jpegs["chelsea"], encode(photos["coffee"], "PNG"), jpegs["astronaut"]]
     got = client.preprocess(images)
     assert got.shape == (3, 3, 224, 224) and got.dtype == np.float32
+    on_gpu = "GPU executor on device" in server.log_path.read_text()
     for i, data in enumerate(images):
         want = reference_pixels(data)
-        np.testing.assert_allclose(got[i], want, rtol=0, atol=1e-6)
+        if on_gpu:  # GPU decode + kernel: within one uint8 level (tests/gpu has the tight checks)
+            assert (np.abs(got[i] - want) <= 1.001 / 128).mean() >= 0.999
+        else:  # CPU executor: bit-exact with Pillow
+            np.testing.assert_allclose(got[i], want, rtol=0, atol=1e-6)
     # the values are real pixels, not a constant: the cat's crop spans most of the range
     assert got[0].std() > 0.2 and got[0].min() < -0.5 and got[0].max() > 0.5
 

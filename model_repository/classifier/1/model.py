@@ -32,9 +32,13 @@ class TritonPythonModel:
         except PreprocessError as e:
             raise pb_utils.TritonModelException(f"classifier: {e}") from e
         log.info("classifier instance %s: runtime %s", args["model_instance_name"], self.runtime.name)
+        self.placement_logged = False
 
     def execute(self, requests):
         inputs = [glue.input_array(r, "input") for r in requests]
+        if not self.placement_logged:
+            log.info("classifier: first batch input on the %s", glue.placement(inputs[0]))
+            self.placement_logged = True
         logits = self.runtime.infer(glue.concat(inputs))
         responses, start = [], 0
         for x in inputs:

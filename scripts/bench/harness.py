@@ -1,0 +1,395 @@
+#!/usr/bin/env python3
+"""Side-by-side benchmark on one GPU machine, in one run, on the same images.
+
+Measures, for real-photo JPEG sets of 500x375, 1280x720, 1920x1080 and 3840x2160:
+  (a) the tritonprep preprocessing ensemble (JPEG -> GPU executor -> a sink model standing in
+      for the network) through Triton, with perf_analyzer over gRPC (and HTTP);
+  (b) the same server with the CPU executor (one instance per core);
+  (c) NVIDIA DALI's mixed decode + resize + crop + normalize pipeline (best batch/threads);
+  (d) the decode-only ceiling: nvImageCodec batch decode, 1 and 2 threads;
+  and the full `classify` ensemble with the real classifier on the runtime present there.
+Writes results.md, results.csv, *.png and raw perf CSVs into --out, and prints the summary.
+
+    python scripts/bench/harness.py --out /tmp/bench [--plan full|quick] [--skip dali,cpu,classify]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import json
+import logging
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE.parent))
+import bench_images  # noqa: E402
+import perf_sweep  # noqa: E402
+
+log = logging.getLogger("harness")
+
+PLANS = {
+    # sizes, concurrency sweep (500x375), preprocess instance counts to try
+    "quick": {"sizes": ["500x375", "1920x1080"], "conc": [1, 16, 64, 128], "instances": [2], "interval": 2500},
+    "full": {"sizes": ["500x375", "1280x720", "1920x1080", "3840x2160"], "conc": [1, 4, 16, 32, 64, 128, 256],
+             "instances": [1, 2, 4], "interval": 3000},
+}
+
+
+# ---------------------------------------------------------------------- model repositories
+def make_repo(dest: Path, *, executor: str, instances: int, queue_delay_us: int = 2000, cpu_threads: int = 0,
+              with_classify: bool = False) -> Path:
+    """A model repository with preprocess (tuned), sink and prep_sink (+ the classify ensemble)."""
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    kind = "KIND_GPU" if executor == "gpu" else "KIND_CPU"
+    shutil.copytree(REPO / "model_repository" / "preprocess", dest / "preprocess")
+    cfg = dest / "preprocess" / "config.pbtxt"
+    text = cfg.read_text()
+    text = re.sub(r"instance_group \[.*\]", f"instance_group [ {{ count: {instances}, kind: {kind} }} ]", text)
+    text = re.sub(r"max_queue_delay_microseconds: \d+", f"max_queue_delay_microseconds: {queue_delay_us}", text)
+    text = text.replace('key: "executor" value: { string_value: "auto" }', f'key: "executor" value: {{ string_value: "{executor}" }}')
+    if cpu_threads:
+        text += f'parameters {{ key: "cpu_threads" value: {{ string_value: "{cpu_threads}" }} }}\n'
+    cfg.write_text(text)
+    for model in ("sink", "prep_sink"):
+        shutil.copytree(HERE / "models" / model, dest / model)
+    sink_cfg = dest / "sink" / "config.pbtxt"
+    sink_cfg.write_text(sink_cfg.read_text().replace("count: 1, kind: KIND_AUTO", f"count: {max(1, min(instances, 4))}, kind: {kind}"))
+    if with_classify:
+        for model in ("classifier", "postprocess", "classify"):
+            shutil.copytree(REPO / "model_repository" / model, dest / model, ignore=shutil.ignore_patterns("ort-trt-cache"))
+    return dest
+
+
+class GpuMemorySampler:
+    """Samples the GPU's used memory (nvidia-smi) every ``period`` seconds in a thread."""
+
+    def __init__(self, period: float = 2.0) -> None:
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.period = period
+
+    def _run(self) -> None:
+        t0 = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                                     capture_output=True, text=True, timeout=10, check=False).stdout.split()
+                if out:
+                    self.samples.append((time.monotonic() - t0, int(out[0])))
+            except (OSError, subprocess.SubprocessError):
+                pass
+            self._stop.wait(self.period)
+
+    def __enter__(self) -> GpuMemorySampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def free_ports(n: int) -> list[int]:
+    import socket
+
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def start_server(repo: Path, log_path: Path):
+    from tritonprep.server import EmbeddedServer, ServerOptions
+
+    http, grpc, metrics = free_ports(3)
+    server = EmbeddedServer(ServerOptions(repo, http_port=http, grpc_port=grpc, metrics_port=metrics,
+                                          cuda_memory_pool_mb=2048, exit_timeout_s=10), log_path)
+    server.__enter__()
+    return server
+
+
+def urls(server) -> dict[str, str]:
+    return {"grpc": server.options.grpc_url, "http": f"{server.options.host}:{server.options.http_port}"}
+
+
+# ---------------------------------------------------------------------- the stages
+def decode_ceiling(images: list[bytes], threads: int, seconds: float = 3.0) -> float:
+    """nvImageCodec decode alone (hardware, then CUDA stages) in ``threads`` threads, batch 256."""
+    import cupy as cp
+
+    from tritonprep.decode.gpu import GpuDecoder
+
+    decoders = []
+    for _ in range(threads):
+        stream = cp.cuda.Stream(non_blocking=True)
+        decoders.append((GpuDecoder(0, stream), stream))
+    batch = (images * (256 // len(images) + 1))[:256]
+    counts = [0] * threads
+
+    def work(k: int) -> None:
+        dec, stream = decoders[k]
+        t_end = time.monotonic() + seconds
+        while time.monotonic() < t_end:
+            dec.decode(batch)
+            stream.synchronize()
+            counts[k] += len(batch)
+
+    for dec, stream in decoders:  # warm-up
+        dec.decode(batch[:8])
+        stream.synchronize()
+    t0 = time.monotonic()
+    ts = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    rate = sum(counts) / (time.monotonic() - t0)
+    for dec, _ in decoders:
+        dec.close()
+    return rate
+
+
+def run_dali(folder: Path, quick: bool) -> dict:
+    cmd = [sys.executable, str(HERE / "dali_bench.py"), "--images", str(folder), "--seconds", "3" if quick else "4"]
+    if quick:
+        cmd += ["--batch", "128,256", "--threads", "4", "--hw-load", "0.65"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400, check=False)
+    if proc.returncode != 0:
+        log.error("DALI benchmark failed: %s", proc.stderr.strip().splitlines()[-5:])
+        return {"error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------------- report
+def environment() -> list[str]:
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                         capture_output=True, text=True, check=False).stdout.strip()
+    import numpy
+
+    try:
+        import cupy
+
+        cupy_v = cupy.__version__
+    except ImportError:
+        cupy_v = "-"
+    return [f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
+            f"- commit: {os.environ.get('GIT_COMMIT', 'unknown')}",
+            f"- GPU: {smi}", f"- host: {os.cpu_count()} CPUs, Python {platform.python_version()}, numpy {numpy.__version__}, CuPy {cupy_v}",
+            "- Triton 2.51 (nvidia-pytriton 0.7.0 wheel), perf_analyzer from the perf-analyzer wheel"]
+
+
+def plot(rows: list[dict], out: Path) -> list[str]:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    files = []
+    series: dict[str, list[dict]] = {}
+    for r in rows:
+        if r["size"] == "500x375" and r["kind"] == "triton":
+            series.setdefault(f"{r['config']} {r['protocol']} {r['images_per_request']}/req", []).append(r)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5))
+    for label, rs in sorted(series.items()):
+        rs = sorted(rs, key=lambda r: r["concurrency"])
+        ax1.plot([r["concurrency"] for r in rs], [r["images_per_s"] for r in rs], marker="o", label=label)
+        ax2.plot([r["concurrency"] for r in rs], [r["p50_ms"] for r in rs], marker="o", label=f"{label} p50")
+        ax2.plot([r["concurrency"] for r in rs], [r["p99_ms"] for r in rs], marker="x", linestyle="--", label=f"{label} p99")
+    for ax, title, ylab in ((ax1, "Throughput vs concurrency (500x375 JPEG)", "images/s"),
+                            (ax2, "Latency percentiles vs concurrency", "ms")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrent requests")
+        ax.set_ylabel(ylab)
+        ax.set_title(title)
+        ax.grid(True, alpha=0.3)
+    ax2.set_yscale("log")
+    ax1.legend(fontsize=7)
+    ax2.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    path = out / "throughput_latency.png"
+    fig.savefig(path, dpi=110)
+    files.append(path.name)
+    return files
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--plan", choices=sorted(PLANS), default="full")
+    parser.add_argument("--skip", default="", help="comma list of: dali,cpu,classify,http,sizes,ceiling")
+    parser.add_argument("--instances", help="override the plan's preprocess GPU instance counts, e.g. 2,4")
+    parser.add_argument("--queue-delay-us", type=int, default=2000)
+    parser.add_argument("--soak-seconds", type=int, default=0, help="extra constant-load run sampling GPU memory")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    plan = PLANS[args.plan]
+    skip = set(filter(None, args.skip.split(",")))
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    work = out / "work"
+    rows: list[dict] = []
+    summary: dict[str, object] = {}
+
+    sets: dict[str, list[bytes]] = {}
+    folders: dict[str, Path] = {}
+    for size in plan["sizes"]:
+        count = 64 if size == "3840x2160" else 256
+        sets[size] = bench_images.make_jpegs(*bench_images.SIZES[size], count, seed=42)
+        folders[size] = work / "images" / size
+        folders[size].mkdir(parents=True, exist_ok=True)
+        for i, b in enumerate(sets[size]):
+            (folders[size] / f"{i:04d}.jpg").write_bytes(b)
+        log.info("images %s: %d files, mean %.1f KB", size, count, sum(map(len, sets[size])) / count / 1e3)
+
+    # (d) decode-only ceiling
+    if "ceiling" not in skip:
+        for size in plan["sizes"]:
+            for threads in (1, 2):
+                rate = decode_ceiling(sets[size], threads)
+                rows.append({"kind": "decode_ceiling", "config": f"nvImageCodec {threads} thread(s), batch 256", "size": size,
+                             "protocol": "-", "images_per_request": 256, "concurrency": threads, "images_per_s": rate,
+                             "p50_ms": 0, "p90_ms": 0, "p99_ms": 0, "server_queue_ms": 0, "server_compute_ms": 0})
+                log.info("decode ceiling %s %d threads: %.0f img/s", size, threads, rate)
+
+    # (c) DALI
+    if "dali" not in skip:
+        for size in plan["sizes"] if "sizes" not in skip else plan["sizes"][:1]:
+            res = run_dali(folders[size], quick=args.plan == "quick" or size != "500x375")
+            summary[f"dali_{size}"] = res
+            if "best" in res:
+                b = res["best"]
+                rows.append({"kind": "dali", "config": f"DALI {res['dali_version']} batch {b['batch']} threads {b['threads']} "
+                             f"hw_load {b['hw_decoder_load']}", "size": size, "protocol": "-", "images_per_request": b["batch"],
+                             "concurrency": 1, "images_per_s": b["images_per_s"], "p50_ms": 0, "p90_ms": 0, "p99_ms": 0,
+                             "server_queue_ms": 0, "server_compute_ms": 0})
+                log.info("DALI %s: %.0f img/s (%s)", size, b["images_per_s"], b)
+
+    def triton_sweep(label: str, server, model: str, size: str, protocols: list[str], batches: list[int], conc: list[int]) -> None:
+        res = perf_sweep.sweep(model, urls(server), sets[size], protocols, batches, conc, plan["interval"], out / "perf")
+        for r in res:
+            rows.append({"kind": "triton", "config": label, "size": size, **asdict(r)})
+
+    # (a) tritonprep GPU executor through Triton
+    instance_counts = [int(x) for x in args.instances.split(",")] if args.instances else plan["instances"]
+    best_gpu = None
+    for n in instance_counts:
+        label = f"tritonprep GPU x{n}"
+        server = start_server(make_repo(work / f"repo-gpu{n}", executor="gpu", instances=n, queue_delay_us=args.queue_delay_us),
+                              out / f"triton-gpu{n}.log")
+        try:
+            with GpuMemorySampler() as mem:
+                triton_sweep(label, server, "prep_sink", "500x375", ["grpc"], [1], plan["conc"])
+                triton_sweep(label, server, "prep_sink", "500x375", ["grpc"], [8], [8, 32])
+                if "http" not in skip and n == instance_counts[-1]:
+                    triton_sweep(label, server, "prep_sink", "500x375", ["http"], [1], [16, 64])
+                if "sizes" not in skip and n == instance_counts[-1]:
+                    for size in plan["sizes"][1:]:
+                        triton_sweep(label, server, "prep_sink", size, ["grpc"], [1], [16, 64])
+            summary[f"gpu_memory_mib_{label}"] = [m for _, m in mem.samples]
+            placement = [ln for ln in (out / f"triton-gpu{n}.log").read_text().splitlines() if "first batch arrived" in ln]
+            summary["sink_placement"] = placement[:1]
+        finally:
+            server.__exit__(None, None, None)
+        tri = [r for r in rows if r["config"] == label and r["size"] == "500x375" and r["protocol"] == "grpc"]
+        top = max((r["images_per_s"] for r in tri), default=0)
+        if best_gpu is None or top > best_gpu[1]:
+            best_gpu = (n, top)
+
+    # soak: constant load, GPU memory over time
+    if args.soak_seconds and best_gpu:
+        n = best_gpu[0]
+        server = start_server(make_repo(work / "repo-soak", executor="gpu", instances=n, queue_delay_us=args.queue_delay_us),
+                              out / "triton-soak.log")
+        try:
+            with GpuMemorySampler(period=5.0) as mem:
+                perf_sweep.sweep("prep_sink", urls(server), sets["500x375"], ["grpc"], [1], [64], args.soak_seconds * 1000 // 3,
+                                 out / "soak")
+            summary["soak_gpu_memory_mib"] = mem.samples
+        finally:
+            server.__exit__(None, None, None)
+
+    # (b) CPU executor through Triton
+    if "cpu" not in skip:
+        cores = os.cpu_count() or 1
+        label = f"tritonprep CPU x{cores}"
+        server = start_server(make_repo(work / "repo-cpu", executor="cpu", instances=cores, cpu_threads=1,
+                                        queue_delay_us=args.queue_delay_us), out / "triton-cpu.log")
+        try:
+            triton_sweep(label, server, "prep_sink", "500x375", ["grpc"], [1], [16, 64])
+        finally:
+            server.__exit__(None, None, None)
+
+    # the full classify ensemble with the real classifier
+    if "classify" not in skip:
+        n = best_gpu[0] if best_gpu else 1
+        server = start_server(make_repo(work / "repo-classify", executor="gpu", instances=n, with_classify=True,
+                                        queue_delay_us=args.queue_delay_us), out / "triton-classify.log")
+        try:
+            runtime = [ln for ln in (out / "triton-classify.log").read_text().splitlines() if "runtime" in ln and "classifier instance" in ln]
+            label = "classify (EfficientNet-Lite0) " + (runtime[0].split("runtime")[-1].strip() if runtime else "")
+            triton_sweep(label, server, "classify", "500x375", ["grpc"], [1], [1, 16, 64])
+        finally:
+            server.__exit__(None, None, None)
+
+    # ------------------------------------------------------------------ outputs
+    with open(out / "results.csv", "w", newline="") as f:
+        keys = ["kind", "config", "size", "protocol", "images_per_request", "concurrency", "images_per_s", "p50_ms", "p90_ms",
+                "p99_ms", "server_queue_ms", "server_compute_ms"]
+        w = csv.DictWriter(f, fieldnames=keys, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    lines = ["# tritonprep benchmark", "", *environment(), ""]
+    lines += ["| kind | config | size | proto | img/req | conc | img/s | p50 ms | p90 ms | p99 ms | queue ms | compute ms |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['kind']} | {r['config']} | {r['size']} | {r['protocol']} | {r['images_per_request']} | {r['concurrency']} "
+                     f"| {r['images_per_s']:,.0f} | {r['p50_ms']:.2f} | {r['p90_ms']:.2f} | {r['p99_ms']:.2f} "
+                     f"| {r['server_queue_ms']:.2f} | {r['server_compute_ms']:.2f} |")
+    best = lambda pred: max((r["images_per_s"] for r in rows if pred(r)), default=0.0)  # noqa: E731
+    gpu = best(lambda r: r["kind"] == "triton" and r["config"].startswith("tritonprep GPU") and r["size"] == "500x375")
+    cpu = best(lambda r: r["kind"] == "triton" and r["config"].startswith("tritonprep CPU"))
+    dali = best(lambda r: r["kind"] == "dali" and r["size"] == "500x375")
+    ceil = best(lambda r: r["kind"] == "decode_ceiling" and r["size"] == "500x375")
+    c1 = [r for r in rows if r["kind"] == "triton" and r["config"].startswith("tritonprep GPU") and r["concurrency"] == 1
+          and r["images_per_request"] == 1 and r["size"] == "500x375"]
+    lines += ["", "## Summary (500x375)", "",
+              f"- tritonprep GPU ensemble through Triton, best: **{gpu:,.0f} img/s**",
+              f"- DALI pipeline, best: **{dali:,.0f} img/s** -> ratio tritonprep/DALI = **{gpu / dali:.2f}x**" if dali else "- DALI: not measured",
+              f"- tritonprep CPU executor through Triton: **{cpu:,.0f} img/s** -> GPU/CPU = **{gpu / cpu:.1f}x**" if cpu else "- CPU executor: not measured",
+              f"- nvImageCodec decode-only ceiling: **{ceil:,.0f} img/s**" if ceil else "",
+              f"- concurrency 1, 1 image: p50 latency {c1[0]['p50_ms']:.2f} ms, avg server compute {c1[0]['server_compute_ms']:.2f} ms"
+              if c1 else ""]
+    mem = {k: v for k, v in summary.items() if k.startswith("gpu_memory") or k.startswith("soak")}
+    for k, v in mem.items():
+        vals = [x[1] if isinstance(x, (list, tuple)) else x for x in v]  # type: ignore[union-attr]
+        if vals:
+            lines.append(f"- {k}: min {min(vals)} MiB, max {max(vals)} MiB over {len(vals)} samples")
+    lines += ["", *[f"![plot]({p})" for p in plot(rows, out)]]
+    (out / "results.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))  # noqa: T201 - the report is this script's output
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

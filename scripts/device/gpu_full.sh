@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Everything GPU in one command, in the isolated venv that ../shared/device/stage-wheels builds
+# (numpy 1.26 + CuPy 13.6 + nvImageCodec + the pytriton server + perf_analyzer + DALI):
+#   1. the GPU test suite (tests/gpu: kernels, decoder, executor, the real server on the GPU)
+#      and the e2e suite against the GPU-backed server;
+#   2. the benchmark harness (scripts/bench/harness.py, PLAN=quick|full, HARNESS_ARGS=...).
+# Run after the last batch's take.sh, from the repository root; results go to $OUT.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+SITE=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+printf '%s\n%s\n' "$PWD/backend" "$PWD/client" > "$SITE/tritonprep-src.pth"  # the stub ignores PYTHONPATH
+export TRITONPREP_PHOTOS=$PWD/.photos PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/env.txt"
+python3 -c "import numpy, cupy, PIL; print('numpy', numpy.__version__, 'cupy', cupy.__version__, 'Pillow', PIL.__version__)" | tee -a "$OUT/env.txt"
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+  timeout ${TEST_TIMEOUT:-240} python3 -m pytest tests/gpu tests/e2e/test_classify.py -q -p no:cacheprovider --timeout 200 -rs \
+    > "$OUT/pytest-gpu.txt" 2>&1; echo "pytest rc=$?"; tail -6 "$OUT/pytest-gpu.txt"
+fi
+if [ "${SKIP_BENCH:-0}" != 1 ]; then
+  timeout ${BENCH_TIMEOUT:-480} python3 scripts/bench/harness.py --out "$OUT/bench" --plan "${PLAN:-quick}" ${HARNESS_ARGS:-} \
+    > "$OUT/harness.log" 2>&1; echo "harness rc=$?"
+  tail -40 "$OUT/harness.log"
+  cp "$OUT"/bench/results.* "$OUT"/ 2>/dev/null; cp "$OUT"/bench/*.png "$OUT"/ 2>/dev/null
+fi

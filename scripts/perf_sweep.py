@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""perf_analyzer recipe for a running tritonprep server: a concurrency sweep with real JPEGs.
+
+Builds perf_analyzer's ``--input-data`` JSON from a folder of images (every file a distinct
+request payload, sent round-robin), runs one perf_analyzer measurement per
+(protocol, images per request, concurrency), and prints the table users expect:
+images/s, p50/p90/p99 latency, and the server-side queue / compute split that
+perf_analyzer reads from Triton's statistics. All rows go to one CSV.
+
+    python scripts/perf_sweep.py --images .cache/images/500x375 -m classify \\
+        --protocol grpc,http --batch 1,8 --concurrency 1,4,16,64 --out perf-results/
+
+Image files: ``python scripts/bench_images.py --size 500x375 --count 256 --out DIR``.
+Needs ``perf_analyzer`` on PATH (``pip install perf-analyzer``; manylinux_2_38, so a recent
+distribution or NVIDIA's ``tritonserver:<ver>-py3-sdk`` image).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import csv
+import json
+import logging
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+log = logging.getLogger("perf_sweep")
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
+
+
+@dataclass
+class Row:
+    """One perf_analyzer measurement."""
+
+    model: str
+    protocol: str
+    images_per_request: int
+    concurrency: int
+    images_per_s: float
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    avg_ms: float
+    server_queue_ms: float
+    server_compute_ms: float
+    client_overhead_ms: float
+
+
+def write_input_data(images: list[bytes], path: Path, input_name: str = "IMAGE") -> None:
+    """perf_analyzer JSON: one entry per image, BYTES as base64 of Triton's length-prefixed element."""
+    data = [{input_name: {"b64": base64.b64encode(struct.pack("<I", len(b)) + b).decode(), "shape": [1]}} for b in images]
+    path.write_text(json.dumps({"data": data}))
+
+
+def load_images(folder: Path, limit: int) -> list[bytes]:
+    files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)[:limit]
+    if not files:
+        raise SystemExit(f"no images in {folder}; make some with scripts/bench_images.py")
+    return [p.read_bytes() for p in files]
+
+
+def run_one(pa: str, model: str, url: str, protocol: str, data_json: Path, batch: int, concurrency: int,
+            interval_ms: int, workdir: Path, extra: list[str]) -> Row | None:
+    csv_path = workdir / f"pa-{protocol}-{batch}-{concurrency}.csv"
+    cmd = [pa, "-m", model, "-u", url, "-i", protocol, "--input-data", str(data_json), "-b", str(batch),
+           "--concurrency-range", f"{concurrency}:{concurrency}", "--measurement-interval", str(interval_ms),
+           "--stability-percentage", "15", "--max-trials", "8", "--percentile", "50", "-f", str(csv_path),
+           "--verbose-csv", *extra]
+    log.debug("%s", " ".join(cmd))
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0 or not csv_path.is_file():
+        log.error("perf_analyzer failed (%s c=%d b=%d): %s", protocol, concurrency, batch,
+                  (proc.stderr or proc.stdout).strip().splitlines()[-3:])
+        return None
+    with open(csv_path) as f:
+        rec = next(csv.DictReader(f))
+    us = lambda k: float(rec.get(k) or 0) / 1000.0  # noqa: E731 - perf_analyzer reports microseconds
+    compute = us("Server Compute Input") + us("Server Compute Infer") + us("Server Compute Output")
+    client = us("Client Send") + us("Client Recv")
+    return Row(model, protocol, batch, concurrency, float(rec["Inferences/Second"]), us("p50 latency"),
+               us("p90 latency"), us("p99 latency"), us("Avg latency"), us("Server Queue"), compute, client)
+
+
+def print_table(rows: list[Row]) -> None:
+    header = f"{'protocol':8} {'img/req':>7} {'conc':>5} {'img/s':>10} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'queue ms':>9} {'compute ms':>10}"
+    print(header)  # noqa: T201 - the table is this script's output
+    print("-" * len(header))  # noqa: T201
+    for r in rows:
+        print(f"{r.protocol:8} {r.images_per_request:>7} {r.concurrency:>5} {r.images_per_s:>10,.0f} {r.p50_ms:>8.2f} "  # noqa: T201
+              f"{r.p90_ms:>8.2f} {r.p99_ms:>8.2f} {r.server_queue_ms:>9.2f} {r.server_compute_ms:>10.2f}")
+
+
+def sweep(model: str, urls: dict[str, str], images: list[bytes], protocols: list[str], batches: list[int],
+          concurrencies: list[int], interval_ms: int, out: Path, pa: str = "perf_analyzer",
+          extra: list[str] | None = None) -> list[Row]:
+    """Run the sweep; return the rows (also appended to ``out/perf.csv``)."""
+    out.mkdir(parents=True, exist_ok=True)
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        data_json = Path(tmp) / "input.json"
+        write_input_data(images, data_json)
+        for protocol in protocols:
+            for batch in batches:
+                for c in concurrencies:
+                    row = run_one(pa, model, urls[protocol], protocol, data_json, batch, c, interval_ms, Path(tmp), extra or [])
+                    if row:
+                        rows.append(row)
+                        log.info("%s b=%d c=%d: %.0f img/s p50 %.2f ms", protocol, batch, c, row.images_per_s, row.p50_ms)
+    csv_path = out / "perf.csv"
+    new = not csv_path.exists()
+    with open(csv_path, "a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(asdict(rows[0]).keys()) if rows else ["model"])
+        if new:
+            w.writeheader()
+        for r in rows:
+            w.writerow(asdict(r))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    parser.add_argument("--images", type=Path, required=True, help="folder of images to send (round-robin)")
+    parser.add_argument("--count", type=int, default=256, help="use at most this many images")
+    parser.add_argument("-m", "--model", default="classify")
+    parser.add_argument("--grpc-url", default="localhost:8001")
+    parser.add_argument("--http-url", default="localhost:8000")
+    parser.add_argument("--protocol", default="grpc", help="comma list of grpc,http")
+    parser.add_argument("--batch", default="1", help="images per request, comma list (perf_analyzer -b)")
+    parser.add_argument("--concurrency", default="1,2,4,8,16,32,64", help="comma list")
+    parser.add_argument("--measurement-interval", type=int, default=4000, help="ms per measurement window")
+    parser.add_argument("--out", type=Path, default=Path("perf-results"))
+    parser.add_argument("--perf-analyzer", default=shutil.which("perf_analyzer") or "perf_analyzer")
+    args, extra = parser.parse_known_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    rows = sweep(args.model, {"grpc": args.grpc_url, "http": args.http_url}, load_images(args.images, args.count),
+                 args.protocol.split(","), [int(b) for b in args.batch.split(",")],
+                 [int(c) for c in args.concurrency.split(",")], args.measurement_interval, args.out,
+                 args.perf_analyzer, extra)
+    print_table(rows)
+    return 0 if rows else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

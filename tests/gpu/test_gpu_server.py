@@ -1,0 +1,76 @@
+"""The real server on a GPU: GPU executor inside Triton, zero-copy handoff, same answers as the CPU path."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from tests.conftest import ONNX, encode
+
+
+@pytest.fixture(scope="module")
+def gpu_server(server, cp, nvimgcodec):
+    """The session server, which must have put preprocess on the GPU (KIND_AUTO on a GPU machine)."""
+    text = server.log_path.read_text()
+    assert "GPU executor on device" in text, "preprocess did not pick the GPU executor"
+    return server
+
+
+def cpu_reference(images: list[bytes]) -> np.ndarray:
+    """Probabilities from the CPU executor + ONNX Runtime, in this process."""
+    import onnxruntime as ort
+
+    from tritonprep.executor import CpuExecutor
+    from tritonprep.postprocess import softmax
+    from tritonprep.spec import PreprocessSpec
+
+    x = CpuExecutor(PreprocessSpec()).run(images).output
+    session = ort.InferenceSession(str(ONNX), providers=["CPUExecutionProvider"])
+    return softmax(session.run(["logits"], {"input": x})[0])
+
+
+def test_classification_matches_the_cpu_path(gpu_server, client, jpegs, photos):
+    images = [jpegs["chelsea"], jpegs["coffee"], encode(photos["coffee"], "PNG"), jpegs["rocket"], jpegs["astronaut"]]
+    preds = client.classify(images)
+    ref = cpu_reference(images)
+    for p, r in zip(preds, ref):
+        assert p[0].index == int(r.argmax())
+        for q in p:
+            assert abs(q.score - float(r[q.index])) <= 0.01
+
+
+def test_outputs_stay_on_the_gpu_into_the_classifier(gpu_server, client, jpegs):
+    client.classify([jpegs["chelsea"]])
+    text = gpu_server.log_path.read_text()
+    assert "classifier: first batch input on the GPU" in text
+
+
+def test_preprocessed_pixels_within_one_level_of_pillow(gpu_server, client, jpegs):
+    from tests.e2e.test_classify import reference_pixels
+
+    images = [jpegs["chelsea"], jpegs["astronaut"]]
+    got = client.preprocess(images)
+    for g, data in zip(got, images):
+        d = np.abs(g - reference_pixels(data)) * 128  # back to uint8 levels
+        assert (d <= 1.001).mean() >= 0.999 and d.max() <= 3
+
+
+def test_corrupt_image_isolated_in_a_gpu_batch(gpu_server, jpegs):
+    from tritonprep_client import ClassifyClient, InferenceFailed
+
+    work = [jpegs["chelsea"]] * 10 + [jpegs["coffee"][:3000]] + [jpegs["coffee"]] * 10
+
+    def call(data):
+        with ClassifyClient(gpu_server.options.grpc_url) as c:
+            try:
+                return c.classify([data])[0][0].index
+            except InferenceFailed as e:
+                return e
+
+    with ThreadPoolExecutor(21) as pool:
+        results = list(pool.map(call, work))
+    assert [i for i, r in enumerate(results) if isinstance(r, Exception)] == [10]
+    assert all(r in (281, 282, 285) for r in results[:10]) and all(r == 967 for r in results[11:])
+    assert gpu_server.is_ready()
