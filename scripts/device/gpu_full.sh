@@ -17,8 +17,10 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
     > "$OUT/pytest-gpu.txt" 2>&1; echo "pytest rc=$?"; tail -6 "$OUT/pytest-gpu.txt"
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
-  timeout ${BENCH_TIMEOUT:-480} python3 scripts/bench/harness.py --out "$OUT/bench" --plan "${PLAN:-quick}" ${HARNESS_ARGS:-} \
+  # at most 8 files come back from $OUT: work in /tmp, copy the results, pack the server logs
+  timeout ${BENCH_TIMEOUT:-480} python3 scripts/bench/harness.py --out /tmp/bench --plan "${PLAN:-quick}" ${HARNESS_ARGS:-} \
     > "$OUT/harness.log" 2>&1; echo "harness rc=$?"
   tail -40 "$OUT/harness.log"
-  cp "$OUT"/bench/results.* "$OUT"/ 2>/dev/null; cp "$OUT"/bench/*.png "$OUT"/ 2>/dev/null
+  cp /tmp/bench/results.md /tmp/bench/results.csv /tmp/bench/summary.json /tmp/bench/*.png "$OUT"/ 2>/dev/null
+  (cd /tmp/bench && tar czf "$OUT/logs.tgz" *.log perf 2>/dev/null)
 fi
