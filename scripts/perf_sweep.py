@@ -50,6 +50,8 @@ class Row:
     server_queue_ms: float
     server_compute_ms: float
     client_overhead_ms: float
+    #: per composing model of an ensemble: "name: queue q ms, compute c ms; ..."
+    composing: str = ""
 
 
 def write_input_data(images: list[bytes], path: Path, input_name: str = "IMAGE") -> None:
@@ -65,26 +67,41 @@ def load_images(folder: Path, limit: int) -> list[bytes]:
     return [p.read_bytes() for p in files]
 
 
+def _ms(rec: dict, key: str) -> float:
+    return float(rec.get(key) or 0) / 1000.0  # perf_analyzer reports microseconds
+
+
 def run_one(pa: str, model: str, url: str, protocol: str, data_json: Path, batch: int, concurrency: int,
             interval_ms: int, workdir: Path, extra: list[str]) -> Row | None:
-    csv_path = workdir / f"pa-{protocol}-{batch}-{concurrency}.csv"
+    name = f"pa-{protocol}-{batch}-{concurrency}.csv"
+    for old in workdir.glob(f"*{name}"):
+        old.unlink()
+    # run in workdir with a bare file name: perf_analyzer writes the composing models' statistics
+    # of an ensemble beside it as "<model>_v<version>.<name>"
     cmd = [pa, "-m", model, "-u", url, "-i", protocol, "--input-data", str(data_json), "-b", str(batch),
            "--concurrency-range", f"{concurrency}:{concurrency}", "--measurement-interval", str(interval_ms),
-           "--stability-percentage", "15", "--max-trials", "8", "--percentile", "50", "-f", str(csv_path),
+           "--stability-percentage", "15", "--max-trials", "8", "--percentile", "50", "-f", name,
            "--verbose-csv", *extra]
     log.debug("%s", " ".join(cmd))
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=workdir)
+    csv_path = workdir / name
     if proc.returncode != 0 or not csv_path.is_file():
         log.error("perf_analyzer failed (%s c=%d b=%d): %s", protocol, concurrency, batch,
                   (proc.stderr or proc.stdout).strip().splitlines()[-3:])
         return None
     with open(csv_path) as f:
         rec = next(csv.DictReader(f))
-    us = lambda k: float(rec.get(k) or 0) / 1000.0  # noqa: E731 - perf_analyzer reports microseconds
-    compute = us("Server Compute Input") + us("Server Compute Infer") + us("Server Compute Output")
-    client = us("Client Send") + us("Client Recv")
-    return Row(model, protocol, batch, concurrency, float(rec["Inferences/Second"]), us("p50 latency"),
-               us("p90 latency"), us("p99 latency"), us("Avg latency"), us("Server Queue"), compute, client)
+    compute = _ms(rec, "Server Compute Input") + _ms(rec, "Server Compute Infer") + _ms(rec, "Server Compute Output")
+    parts = []
+    for sub in sorted(workdir.glob(f"*_v*.{name}")):
+        with open(sub) as f:
+            srec = next(csv.DictReader(f), None)
+        if srec:
+            sub_compute = _ms(srec, "Server Compute Input") + _ms(srec, "Server Compute Infer") + _ms(srec, "Server Compute Output")
+            parts.append(f"{sub.name.split('_v')[0]}: queue {_ms(srec, 'Server Queue'):.2f} ms, compute {sub_compute:.2f} ms")
+    return Row(model, protocol, batch, concurrency, float(rec["Inferences/Second"]), _ms(rec, "p50 latency"),
+               _ms(rec, "p90 latency"), _ms(rec, "p99 latency"), _ms(rec, "Avg latency"), _ms(rec, "Server Queue"),
+               compute, _ms(rec, "Client Send") + _ms(rec, "Client Recv"), "; ".join(parts))
 
 
 def print_table(rows: list[Row]) -> None:
@@ -93,7 +110,7 @@ def print_table(rows: list[Row]) -> None:
     print("-" * len(header))  # noqa: T201
     for r in rows:
         print(f"{r.protocol:8} {r.images_per_request:>7} {r.concurrency:>5} {r.images_per_s:>10,.0f} {r.p50_ms:>8.2f} "  # noqa: T201
-              f"{r.p90_ms:>8.2f} {r.p99_ms:>8.2f} {r.server_queue_ms:>9.2f} {r.server_compute_ms:>10.2f}")
+              f"{r.p90_ms:>8.2f} {r.p99_ms:>8.2f} {r.server_queue_ms:>9.2f} {r.server_compute_ms:>10.2f}  {r.composing}")
 
 
 def sweep(model: str, urls: dict[str, str], images: list[bytes], protocols: list[str], batches: list[int],
@@ -111,7 +128,8 @@ def sweep(model: str, urls: dict[str, str], images: list[bytes], protocols: list
                     row = run_one(pa, model, urls[protocol], protocol, data_json, batch, c, interval_ms, Path(tmp), extra or [])
                     if row:
                         rows.append(row)
-                        log.info("%s b=%d c=%d: %.0f img/s p50 %.2f ms", protocol, batch, c, row.images_per_s, row.p50_ms)
+                        log.info("%s b=%d c=%d: %.0f img/s p50 %.2f ms [%s]", protocol, batch, c, row.images_per_s,
+                                 row.p50_ms, row.composing)
     csv_path = out / "perf.csv"
     new = not csv_path.exists()
     with open(csv_path, "a", newline="") as f:

@@ -20,6 +20,8 @@ Parameter reference (all values are strings, as Triton requires)::
     cpu_threads      "0"                  CPU executor decode/resize threads (0: one per core, max 8)
     gpu_decoder      "nvimgcodec"         | "pillow"  (GPU executor: decode on the GPU, or on the CPU then upload)
     hw_decoder       "true"               try the GPU's hardware JPEG decoder first (then nvJPEG CUDA, then Pillow)
+    hw_decoder_share "1.0"                share of JPEGs given to the hardware decoder, the rest decoded by nvJPEG CUDA
+                                          concurrently (chosen per image by a hash of its bytes: deterministic)
     fancy_upsampling "true"               JPEG chroma upsampling like libjpeg-turbo's default (GPU decoder option)
     max_encoded_bytes       "20000000"    largest accepted encoded image
     max_pixels              "16800000"    largest accepted decoded image (width*height)
@@ -121,6 +123,7 @@ class PreprocessSpec:
     cpu_threads: int = 0
     gpu_decoder: str = "nvimgcodec"
     hw_decoder: bool = True
+    hw_decoder_share: float = 1.0
     fancy_upsampling: bool = True
     limits: Limits = field(default_factory=Limits)
 
@@ -149,6 +152,8 @@ class PreprocessSpec:
             raise ConfigError(f"executor must be one of {EXECUTORS}, got {self.executor!r}")
         if self.cpu_threads < 0:
             raise ConfigError(f"cpu_threads must be >= 0, got {self.cpu_threads}")
+        if not 0.0 < self.hw_decoder_share <= 1.0:
+            raise ConfigError(f"hw_decoder_share must be in (0, 1], got {self.hw_decoder_share}")
         if self.gpu_decoder not in GPU_DECODERS:
             raise ConfigError(f"gpu_decoder must be one of {GPU_DECODERS}, got {self.gpu_decoder!r}")
 
@@ -207,6 +212,8 @@ class PreprocessSpec:
             kw["cpu_threads"] = _int("cpu_threads", params["cpu_threads"])
         if "gpu_decoder" in params:
             kw["gpu_decoder"] = _choice("gpu_decoder", params["gpu_decoder"], GPU_DECODERS)
+        if "hw_decoder_share" in params:
+            kw["hw_decoder_share"] = _floats("hw_decoder_share", params["hw_decoder_share"], 1)[0]
         for name in ("hw_decoder", "fancy_upsampling"):
             if name in params:
                 kw[name] = _choice(name, params[name], ("true", "false")) == "true"

@@ -13,6 +13,10 @@ hardware and CUDA decoders by load makes the decoder of an image, and so its pix
 depend on what else was in the batch (measured on an H100: up to 3 levels); staged
 decoding is deterministic and tells which path decoded each image (for metrics).
 
+To use both decoders at once (the hardware engines saturate first), ``hw_share`` below 1
+sends each JPEG to the hardware or the CUDA decoder by a hash of its bytes, so the choice
+(and the pixels) still depend on the image alone, and runs the two batches concurrently.
+
 Ordering: every call is issued on the caller's CUDA stream, on which nvImageCodec makes the
 results visible; the caller enqueues its kernels on the same stream and synchronizes it
 before letting the images go, so no buffer is freed or reused while still being read.
@@ -21,7 +25,9 @@ before letting the images go, so no buffer is freed or reused while still being 
 from __future__ import annotations
 
 import logging
+import zlib
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,7 +63,7 @@ class GpuDecoder:
     """Staged batched nvImageCodec decoding (hardware, then CUDA/hybrid) on one GPU."""
 
     def __init__(self, device_id: int, stream: Any, *, hw_decoder: bool = True, fancy_upsampling: bool = True,
-                 cpu_threads: int = 0) -> None:
+                 cpu_threads: int = 0, hw_share: float = 1.0) -> None:
         nv = import_nvimgcodec()
         self.nv = nv
         self.stream = stream  # nvImageCodec keeps using the stream it decoded on until its decoders go
@@ -77,9 +83,16 @@ class GpuDecoder:
             raise RuntimeUnavailable(f"nvImageCodec could not create any GPU decoder on GPU {device_id}")
         self.params = nv.DecodeParams(apply_exif_orientation=True, color_spec=nv.ColorSpec.SRGB, allow_any_depth=False)
         self.description = "nvImageCodec " + " -> ".join(p for p, _ in self.stages)
+        split = 0.0 < hw_share < 1.0 and len(self.stages) == 2
+        self._hw_cut = int(hw_share * 1000) if split else None
+        self._side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tritonprep-nvjpeg") if split else None
+        if split:
+            self.description += f" (hardware share {hw_share:.2f}, concurrent)"
 
     def close(self) -> None:
         """Destroy the decoders before the stream they used (teardown order matters)."""
+        if self._side is not None:
+            self._side.shutdown(wait=True)
         self.stages.clear()
 
     def _wrap(self, img: Any, path: str) -> DecodedImage | None:
@@ -94,19 +107,33 @@ class GpuDecoder:
         pitch = strides[0] if strides else shape[1] * 3
         return DecodedImage(int(cai["data"][0]), int(shape[1]), int(shape[0]), int(pitch), img, path)
 
+    def _run_stage(self, stage: int, data: Sequence[bytes], todo: list[int], results: list[DecodedImage | None]) -> list[int]:
+        """Decode ``todo`` with one stage; fill ``results``; return what it could not decode."""
+        path, dec = self.stages[stage]
+        images = dec.decode([self.nv.CodeStream(data[i]) for i in todo], params=self.params, cuda_stream=self.stream.ptr)
+        left = []
+        for i, img in zip(todo, images):
+            results[i] = self._wrap(img, path)
+            if results[i] is None:
+                left.append(i)
+        return left
+
     def decode(self, data: Sequence[bytes]) -> list[DecodedImage | None]:
         """Decode ``data`` on the decoder's stream; ``None`` where no GPU stage produced 8-bit RGB."""
-        stream_ptr = self.stream.ptr
         results: list[DecodedImage | None] = [None] * len(data)
         todo = list(range(len(data)))
-        for path, dec in self.stages:
+        if self._hw_cut is not None and self._side is not None and len(todo) > 1:
+            hw = [i for i in todo if zlib.crc32(data[i][-256:]) % 1000 < self._hw_cut]
+            cuda = [i for i in todo if zlib.crc32(data[i][-256:]) % 1000 >= self._hw_cut]
+            side = self._side.submit(self._run_stage, 1, data, cuda, results) if cuda else None
+            rest = self._run_stage(0, data, hw, results) if hw else []
+            if side is not None:
+                side.result()  # what the CUDA stage could not decode stays None: Pillow takes it
+            if rest:  # the hardware decoder's leftovers (progressive, odd subsampling) go to CUDA
+                self._run_stage(1, data, rest, results)
+            return results
+        for stage in range(len(self.stages)):
             if not todo:
                 break
-            images = dec.decode([self.nv.CodeStream(data[i]) for i in todo], params=self.params, cuda_stream=stream_ptr)
-            left = []
-            for i, img in zip(todo, images):
-                results[i] = self._wrap(img, path)
-                if results[i] is None:
-                    left.append(i)
-            todo = left
+            todo = self._run_stage(stage, data, todo, results)
         return results

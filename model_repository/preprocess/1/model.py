@@ -5,12 +5,14 @@ Thin by design: the spec, decoders, executors and request/response rules live in
 """
 
 import logging
+import time
 
 import triton_python_backend_utils as pb_utils
 
 from tritonprep import triton_glue as glue
 from tritonprep.errors import PreprocessError
 from tritonprep.executor import create_executor
+from tritonprep.profiling import PhaseTimer
 from tritonprep.spec import PreprocessSpec
 
 log = logging.getLogger("tritonprep.preprocess")
@@ -25,11 +27,18 @@ class TritonPythonModel:
         except PreprocessError as e:
             raise pb_utils.TritonModelException(f"preprocess: {e}") from e
         log.info("preprocess instance %s: %s executor, spec %s", args["model_instance_name"], self.executor.name, self.spec)
+        self.timer = PhaseTimer(args["model_instance_name"])
 
     def execute(self, requests):
+        t0 = time.perf_counter()
         batch = glue.gather_images(requests, "IMAGE", self.spec.limits.max_images_per_request)
+        t1 = time.perf_counter()
         result = self.executor.run(batch.images)
-        return glue.image_responses(batch, result.output, result.errors, "PIXELS")
+        t2 = time.perf_counter()
+        responses = glue.image_responses(batch, result.output, result.errors, "PIXELS")
+        self.timer.record(len(requests), len(batch.images), gather=t1 - t0, run=t2 - t1,
+                          respond=time.perf_counter() - t2, **result.timings)
+        return responses
 
     def finalize(self):
         self.executor.close()
