@@ -80,7 +80,7 @@ def run_one(pa: str, model: str, url: str, protocol: str, data_json: Path, batch
     # of an ensemble beside it as "<model>_v<version>.<name>"
     cmd = [pa, "-m", model, "-u", url, "-i", protocol, "--input-data", str(data_json), "-b", str(batch),
            "--concurrency-range", f"{concurrency}:{concurrency}", "--measurement-interval", str(interval_ms),
-           "--stability-percentage", "15", "--max-trials", "8", "--percentile", "50", "-f", name,
+           "--stability-percentage", "20", "--max-trials", "5", "--percentile", "50", "-f", name,
            "--verbose-csv", *extra]
     log.debug("%s", " ".join(cmd))
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=workdir)

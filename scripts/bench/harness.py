@@ -42,8 +42,8 @@ log = logging.getLogger("harness")
 PLANS = {
     # sizes, concurrency sweep (500x375), preprocess instance counts to try
     "quick": {"sizes": ["500x375", "1920x1080"], "conc": [1, 16, 64, 128], "instances": [2], "interval": 2500},
-    "full": {"sizes": ["500x375", "1280x720", "1920x1080", "3840x2160"], "conc": [1, 4, 16, 32, 64, 128, 256],
-             "instances": [1, 2, 4], "interval": 3000},
+    "full": {"sizes": ["500x375", "1280x720", "1920x1080", "3840x2160"], "conc": [1, 4, 16, 64, 128, 256],
+             "instances": [1, 2, 4], "interval": 2500},
 }
 
 
@@ -352,12 +352,15 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with GpuMemorySampler() as mem:
                 triton_sweep(label, server, "prep_sink", "500x375", ["grpc"], [1], plan["conc"])
-                triton_sweep(label, server, "prep_sink", "500x375", ["grpc"], [8], [4, 16, 32, 64])
+                triton_sweep(label, server, "prep_sink", "500x375", ["grpc"], [8], [4, 16, 32])
                 if "http" not in skip:
-                    triton_sweep(label, server, "prep_sink", "500x375", ["http"], [1, 8], [16, 64])
+                    triton_sweep(label, server, "prep_sink", "500x375", ["http"], [1], [16, 64])
+                    triton_sweep(label, server, "prep_sink", "500x375", ["http"], [8], [16])
                 if "sizes" not in skip:
                     for size in plan["sizes"][1:]:
-                        triton_sweep(label, server, "prep_sink", size, ["grpc"], [1, 8], [16] if size == "3840x2160" else [16, 64])
+                        triton_sweep(label, server, "prep_sink", size, ["grpc"], [8], [16])
+                        if size != "3840x2160":
+                            triton_sweep(label, server, "prep_sink", size, ["grpc"], [1], [64])
             summary[f"gpu_memory_mib {label}"] = [m for _, m in mem.samples]
         finally:
             server.__exit__(None, None, None)

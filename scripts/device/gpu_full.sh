@@ -9,6 +9,8 @@ set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 SITE=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 printf '%s\n%s\n' "$PWD/backend" "$PWD/client" > "$SITE/tritonprep-src.pth"  # the stub ignores PYTHONPATH
+# pure-Python or numpy-1-compatible test/client dependencies the image already has
+for m in pygments ml_dtypes; do [ -e "$SITE/$m" ] || ln -s "/opt/torch/.venv/lib/python3.12/site-packages/$m" "$SITE/$m"; done
 export TRITONPREP_PHOTOS=$PWD/.photos PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/env.txt"
 python3 -c "import numpy, cupy, PIL; print('numpy', numpy.__version__, 'cupy', cupy.__version__, 'Pillow', PIL.__version__)" | tee -a "$OUT/env.txt"
@@ -18,7 +20,7 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   # at most 8 files come back from $OUT: work in /tmp, copy the results, pack the server logs
-  timeout ${BENCH_TIMEOUT:-480} python3 scripts/bench/harness.py --out /tmp/bench --plan "${PLAN:-quick}" ${HARNESS_ARGS:-} \
+  timeout ${BENCH_TIMEOUT:-480} python3 scripts/bench/harness.py --out /tmp/bench --plan "${PLAN:-quick}" --phase "${PHASE:-all}" ${HARNESS_ARGS:-} \
     > "$OUT/harness.log" 2>&1; echo "harness rc=$?"
   tail -40 "$OUT/harness.log"
   cp /tmp/bench/results.md /tmp/bench/results.csv /tmp/bench/summary.json /tmp/bench/*.png "$OUT"/ 2>/dev/null
