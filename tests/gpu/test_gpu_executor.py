@@ -130,3 +130,21 @@ def test_stream_ordering_stress(cp, nvimgcodec, photos):
             got = out.get()
             mismatches += sum(int(not np.array_equal(got[k], reference[i])) for k, i in enumerate(idx))
     assert mismatches == 0
+
+
+def test_hardware_and_cuda_decoders_split_deterministically(cp, nvimgcodec, photos):
+    """hw_decoder_share < 1: both decoders work at once, each image always goes to the same one."""
+    from tritonprep.gpu import GpuExecutor
+
+    rng = np.random.default_rng(5)
+    src = Image.fromarray(photos["coffee"])
+    pool = [encode(np.asarray(src.resize((int(rng.integers(300, 900)), int(rng.integers(300, 900))))), "JPEG", quality=90)
+            for _ in range(32)]
+    spec = PreprocessSpec(mean=(0, 0, 0), std=(1, 1, 1), hw_decoder_share=0.5)
+    with GpuExecutor(spec, 0) as ex:
+        first = ex.run(pool)
+        assert first.decoded_by.get("gpu_hw", 0) > 0 and first.decoded_by.get("gpu_cuda", 0) > 0, first.decoded_by
+        again = ex.run(pool[::-1])
+    np.testing.assert_array_equal(first.output.get(), again.output.get()[::-1])
+    ref = CpuExecutor(RAW).run(pool).output
+    assert np.abs(first.output.get() - ref).mean() < 0.5
