@@ -151,9 +151,7 @@ def create_executor(spec: PreprocessSpec, instance_kind: str = "CPU", device_id:
     try:
         from .gpu import GpuExecutor
 
-        return GpuExecutor(spec, device_id, use_nvimgcodec=spec.gpu_decoder == "nvimgcodec",
-                           hw_decoder=spec.hw_decoder, fancy_upsampling=spec.fancy_upsampling,
-                           hw_share=spec.hw_decoder_share)
+        return GpuExecutor(spec, device_id)
     except RuntimeUnavailable as e:
         if spec.executor == "gpu":
             raise

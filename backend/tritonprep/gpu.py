@@ -44,8 +44,7 @@ class GpuExecutor:
 
     name = "gpu"
 
-    def __init__(self, spec: PreprocessSpec, device_id: int = 0, *, use_nvimgcodec: bool = True,
-                 hw_decoder: bool = True, fancy_upsampling: bool = True, hw_share: float = 1.0) -> None:
+    def __init__(self, spec: PreprocessSpec, device_id: int = 0) -> None:
         cp = _import_cupy()
         self.cp = cp
         self.spec = spec
@@ -59,10 +58,10 @@ class GpuExecutor:
 
         self._ops = ops
         self.decoder: GpuDecoder | None = None
-        if use_nvimgcodec:
+        if spec.gpu_decoder == "nvimgcodec":
             try:
-                self.decoder = GpuDecoder(device_id, self.stream, hw_decoder=hw_decoder,
-                                          fancy_upsampling=fancy_upsampling, hw_share=hw_share)
+                self.decoder = GpuDecoder(device_id, self.stream, hw_decoder=spec.hw_decoder,
+                                          fancy_upsampling=spec.fancy_upsampling, hw_share=spec.hw_decoder_share)
             except RuntimeUnavailable as e:
                 log.warning("GPU %d: %s; decoding with Pillow, preprocessing on the GPU", device_id, e)
         self._pool = ThreadPoolExecutor(max_workers=spec.resolved_cpu_threads, thread_name_prefix="tritonprep-gpu-cpu")

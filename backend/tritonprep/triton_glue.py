@@ -122,7 +122,8 @@ _NUMPY_MAJOR = int(np.__version__.split(".")[0])
 def output_tensor(name: str, array: Any) -> Any:
     """Wrap a numpy or CuPy array as an output tensor.
 
-    GPU (CuPy) arrays always go through DLPack and stay on the GPU. Host arrays use
+    GPU (CuPy) arrays always go through DLPack and stay on the GPU; the caller must have
+    synchronized the stream that produced them. Host arrays use
     ``pb_utils.Tensor`` under numpy 1.x; under numpy 2, whose arrays that constructor
     corrupts in Triton <= 24.x stubs, they go through DLPack too. (DLPack is not used for
     host arrays under numpy 1.x because the backend renames a consumed capsule
@@ -133,7 +134,12 @@ def output_tensor(name: str, array: Any) -> Any:
         array = np.ascontiguousarray(array)
         if _NUMPY_MAJOR < 2:
             return pb_utils.Tensor(name, array)
-    return pb_utils.Tensor.from_dlpack(name, array)
+        return pb_utils.Tensor.from_dlpack(name, array)
+    # A CuPy array whose producing stream the caller has already synchronized (the executors
+    # do, once per batch): hand over a bare capsule, which the backend takes as is. Passing the
+    # array would make the backend run `__dlpack__(stream=...)` and a stream synchronization
+    # for every single output tensor.
+    return pb_utils.Tensor.from_dlpack(name, array.toDlpack())
 
 
 def image_responses(batch: ImageBatch, output: Any, errors: Mapping[int, ImageError], output_name: str) -> list[Any]:

@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     def gpu_server(cfg: tuple[int, int, float], tag: str, with_classify: bool = False):
         n, delay, share = cfg
         repo = make_repo(work / f"repo-{tag}", executor="gpu", instances=n, queue_delay_us=delay, hw_share=share,
-                         with_classify=with_classify)
+                         with_classify=with_classify, sink_instances=2)
         return start_server(repo, out / f"triton-{tag}.log")
 
     if args.phase in ("tune", "all"):
@@ -352,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with GpuMemorySampler() as mem:
                 triton_sweep(label, server, "prep_sink", "500x375", ["grpc"], [1], plan["conc"])
-                triton_sweep(label, server, "prep_sink", "500x375", ["grpc"], [8], [4, 16, 32])
+                triton_sweep(label, server, "prep_sink", "500x375", ["grpc"], [8], [4, 16, 32, 64, 128])
                 if "http" not in skip:
                     triton_sweep(label, server, "prep_sink", "500x375", ["http"], [1], [16, 64])
                     triton_sweep(label, server, "prep_sink", "500x375", ["http"], [8], [16])
