@@ -25,6 +25,7 @@ before letting the images go, so no buffer is freed or reused while still being 
 from __future__ import annotations
 
 import logging
+import threading
 import zlib
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -59,6 +60,24 @@ def import_nvimgcodec() -> Any:
     return nvimgcodec
 
 
+#: nvImageCodec decoders are made once per process and configuration and never destroyed: making
+#: a second hardware decoder in a process, or destroying one while the CUDA stream it decoded on
+#: is gone, crashed the process on an H100 (tests/gpu create several executors). For the same
+#: reason every stream a decoder has decoded on is kept alive here.
+_DECODERS: dict[tuple[Any, ...], Any] = {}
+_STREAMS: list[Any] = []
+_CACHE_LOCK = threading.Lock()
+
+
+def _shared_decoder(nv: Any, device_id: int, kinds: tuple[Any, ...], options: str, cpu_threads: int) -> Any:
+    key = (device_id, tuple(int(k) for k in kinds), options, cpu_threads)
+    with _CACHE_LOCK:
+        if key not in _DECODERS:
+            _DECODERS[key] = nv.Decoder(device_id=device_id, max_num_cpu_threads=cpu_threads,
+                                        backends=[nv.Backend(k) for k in kinds], options=options)
+        return _DECODERS[key]
+
+
 class GpuDecoder:
     """Staged batched nvImageCodec decoding (hardware, then CUDA/hybrid) on one GPU."""
 
@@ -66,15 +85,16 @@ class GpuDecoder:
                  cpu_threads: int = 0, hw_share: float = 1.0) -> None:
         nv = import_nvimgcodec()
         self.nv = nv
-        self.stream = stream  # nvImageCodec keeps using the stream it decoded on until its decoders go
+        self.stream = stream
+        with _CACHE_LOCK:
+            _STREAMS.append(stream)
         options = ":fancy_upsampling=1" if fancy_upsampling else ""
         self.stages: list[tuple[str, Any]] = []
         wanted = ([("gpu_hw", [nv.BackendKind.HW_GPU_ONLY])] if hw_decoder else []) + [
             ("gpu_cuda", [nv.BackendKind.GPU_ONLY, nv.BackendKind.HYBRID_CPU_GPU])]
         for path, kinds in wanted:
             try:
-                dec = nv.Decoder(device_id=device_id, max_num_cpu_threads=cpu_threads,
-                                 backends=[nv.Backend(k) for k in kinds], options=options)
+                dec = _shared_decoder(nv, device_id, tuple(kinds), options, cpu_threads)
             except RuntimeError as e:  # e.g. no hardware decoder on this GPU
                 log.info("nvImageCodec %s decoder unavailable on GPU %d: %s", path, device_id, e)
                 continue
@@ -90,7 +110,7 @@ class GpuDecoder:
             self.description += f" (hardware share {hw_share:.2f}, concurrent)"
 
     def close(self) -> None:
-        """Destroy the decoders before the stream they used (teardown order matters)."""
+        """Stop the helper thread; the shared decoders stay for the process's lifetime."""
         if self._side is not None:
             self._side.shutdown(wait=True)
         self.stages.clear()
