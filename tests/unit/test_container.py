@@ -526,3 +526,21 @@ def test_perf_input_data_serializes_each_image_as_one_bytes_element(tmp_path, jp
         (length,) = struct.unpack("<I", raw[:4])
         assert length == len(original) and raw[4:] == original
     assert pid.main([str(tmp_path / "missing"), "-o", str(out)]) == 1
+
+
+# ---------------------------------------------------------------------------- the README's commands
+def test_readme_container_commands_name_real_files_services_and_settings(raw_compose):
+    section = (ROOT / "README.md").read_text().split("## Container deployment", 1)[1].split("\n## ", 1)[0]
+    commands = "\n".join(re.findall(r"```bash\n(.*?)```", section, re.S))
+    assert "docker compose -f docker/compose.yaml up -d --build" in commands
+    services = set(raw_compose["services"])
+    for name in re.findall(r"docker compose -f docker/compose.yaml (?:logs|--profile perf run --rm) (\S+)", commands):
+        assert name in services, name
+    compose_text = COMPOSE.read_text()
+    written = re.findall(r"([A-Z][A-Z_]+)=%s", commands)  # what the printf writes into docker/.env
+    assert set(written) == {"TRITON_ADMIN_KEY", "PERF_UID", "PERF_GID"}
+    for var in written:
+        assert "${" + var in compose_text, var
+    for path in set(re.findall(r"\b((?:docker|scripts)/[\w./-]+)", commands)):
+        if path not in ("docker/.env", "docker/perf/classify.csv"):
+            assert (ROOT / path).exists(), path
