@@ -16,7 +16,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .errors import ConfigError, RuntimeUnavailable
-from .trt_engine import BuildOptions, build_or_reuse, import_tensorrt
+from .trt_engine import BuildOptions, PythonBuilder, build_or_reuse, import_tensorrt
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,8 @@ class TensorRTRuntime:
         self._device.use()
         plan = onnx_path.with_name(f"{onnx_path.stem}.gpu{device_id}.plan")
         options = BuildOptions(fp16=fp16, max_batch=max_batch, opt_batch=min(64, max_batch))
-        build_or_reuse(onnx_path, plan, options, timing_cache=onnx_path.with_name("timing.cache"))
+        build_or_reuse(onnx_path, plan, options, builder=PythonBuilder(), device_id=device_id,
+                       timing_cache=onnx_path.with_name("timing.cache"))
         self._engine = trt.Runtime(trt.Logger(trt.Logger.WARNING)).deserialize_cuda_engine(plan.read_bytes())
         if self._engine is None:
             raise RuntimeUnavailable(f"TensorRT could not load {plan}; delete it to rebuild")
