@@ -11,8 +11,10 @@ from tests.conftest import ONNX, encode
 
 
 @pytest.fixture(scope="module")
-def gpu_server(server, cp, nvimgcodec):
+def gpu_server(cp, nvimgcodec, request):
     """The session server, which must have put preprocess on the GPU (KIND_AUTO on a GPU machine)."""
+    pytest.importorskip("pytriton", reason="the embedded server (nvidia-pytriton) is not installed here")
+    server = request.getfixturevalue("server")
     text = server.log_path.read_text()
     assert "GPU executor on device" in text, "preprocess did not pick the GPU executor"
     return server
@@ -31,7 +33,17 @@ def cpu_reference(images: list[bytes]) -> np.ndarray:
     return softmax(session.run(["logits"], {"input": x})[0])
 
 
-def test_classification_matches_the_cpu_path(gpu_server, client, jpegs, photos):
+@pytest.fixture(params=["grpc", "http"])
+def gpu_client(request, gpu_server):
+    from tritonprep_client import ClassifyClient
+
+    url = gpu_server.options.grpc_url if request.param == "grpc" else gpu_server.options.http_url
+    with ClassifyClient(url, request.param) as c:
+        yield c
+
+
+def test_classification_matches_the_cpu_path(gpu_client, jpegs, photos):
+    client = gpu_client
     images = [jpegs["chelsea"], jpegs["coffee"], encode(photos["coffee"], "PNG"), jpegs["rocket"], jpegs["astronaut"]]
     preds = client.classify(images)
     ref = cpu_reference(images)
@@ -41,17 +53,17 @@ def test_classification_matches_the_cpu_path(gpu_server, client, jpegs, photos):
             assert abs(q.score - float(r[q.index])) <= 0.01
 
 
-def test_outputs_stay_on_the_gpu_into_the_classifier(gpu_server, client, jpegs):
-    client.classify([jpegs["chelsea"]])
+def test_outputs_stay_on_the_gpu_into_the_classifier(gpu_server, gpu_client, jpegs):
+    gpu_client.classify([jpegs["chelsea"]])
     text = gpu_server.log_path.read_text()
     assert "classifier: first batch input on the GPU" in text
 
 
-def test_preprocessed_pixels_within_one_level_of_pillow(gpu_server, client, jpegs):
+def test_preprocessed_pixels_within_one_level_of_pillow(gpu_client, jpegs):
     from tests.e2e.test_classify import reference_pixels
 
     images = [jpegs["chelsea"], jpegs["astronaut"]]
-    got = client.preprocess(images)
+    got = gpu_client.preprocess(images)
     for g, data in zip(got, images):
         d = np.abs(g - reference_pixels(data)) * 128  # back to uint8 levels
         assert (d <= 1.001).mean() >= 0.999 and d.max() <= 3

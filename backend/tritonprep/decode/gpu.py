@@ -65,6 +65,9 @@ def import_nvimgcodec() -> Any:
 #: is gone, crashed the process on an H100 (tests/gpu create several executors). For the same
 #: reason every stream a decoder has decoded on is kept alive here.
 _DECODERS: dict[tuple[Any, ...], Any] = {}
+#: output images kept for reuse per decoder stage, and the largest buffer worth keeping
+_POOL_MAX_IMAGES = 256
+_POOL_MAX_BYTES = 16 << 20
 _STREAMS: list[Any] = []
 _CACHE_LOCK = threading.Lock()
 
@@ -86,6 +89,7 @@ class GpuDecoder:
         nv = import_nvimgcodec()
         self.nv = nv
         self.stream = stream
+        self._pools: dict[int, list[Any]] = {}
         with _CACHE_LOCK:
             _STREAMS.append(stream)
         options = ":fancy_upsampling=1" if fancy_upsampling else ""
@@ -113,6 +117,7 @@ class GpuDecoder:
         """Stop the helper thread; the shared decoders stay for the process's lifetime."""
         if self._side is not None:
             self._side.shutdown(wait=True)
+        self._pools.clear()
         self.stages.clear()
 
     def _wrap(self, img: Any, path: str) -> DecodedImage | None:
@@ -128,9 +133,24 @@ class GpuDecoder:
         return DecodedImage(int(cai["data"][0]), int(shape[1]), int(shape[0]), int(pitch), img, path)
 
     def _run_stage(self, stage: int, data: Sequence[bytes], todo: list[int], results: list[DecodedImage | None]) -> list[int]:
-        """Decode ``todo`` with one stage; fill ``results``; return what it could not decode."""
+        """Decode ``todo`` with one stage; fill ``results``; return what it could not decode.
+
+        The output images of earlier calls are handed back to nvImageCodec for reuse (their
+        device buffers are resized only when too small), so steady traffic stops allocating
+        and freeing device memory per image. Safe because the executor synchronizes its
+        stream before the next call. Buffers grown past ``_POOL_MAX_BYTES`` are not kept.
+        """
         path, dec = self.stages[stage]
-        images = dec.decode([self.nv.CodeStream(data[i]) for i in todo], params=self.params, cuda_stream=self.stream.ptr)
+        pool = self._pools.setdefault(stage, [])
+        streams = [self.nv.CodeStream(data[i]) for i in todo]
+        if len(pool) >= len(todo):
+            images = dec.decode(streams, images=pool[: len(todo)], params=self.params, cuda_stream=self.stream.ptr)
+        else:
+            images = dec.decode(streams, params=self.params, cuda_stream=self.stream.ptr)
+            pool.extend(img for img in images if img is not None)
+            del pool[_POOL_MAX_IMAGES:]
+        if any(img is not None and img.capacity > _POOL_MAX_BYTES for img in images):
+            pool[:] = [img for img in pool if img.capacity <= _POOL_MAX_BYTES]
         left = []
         for i, img in zip(todo, images):
             results[i] = self._wrap(img, path)
