@@ -60,25 +60,23 @@ def import_nvimgcodec() -> Any:
     return nvimgcodec
 
 
-#: nvImageCodec decoders are made once per process and configuration and never destroyed: making
-#: a second hardware decoder in a process, or destroying one while the CUDA stream it decoded on
-#: is gone, crashed the process on an H100 (tests/gpu create several executors). For the same
-#: reason every stream a decoder has decoded on is kept alive here.
-_DECODERS: dict[tuple[Any, ...], Any] = {}
+#: nvImageCodec decoders and the CUDA streams they decoded on are never destroyed before the
+#: process ends: destroying a decoder after its executor (and stream) went away crashed test
+#: processes on an H100. Each GpuDecoder still gets decoders of its own (concurrent decode
+#: calls on one decoder from two threads hung), so this only keeps them alive.
+_KEEP_ALIVE: list[Any] = []
+_KEEP_LOCK = threading.Lock()
 #: output images kept for reuse per decoder stage, and the largest buffer worth keeping
 _POOL_MAX_IMAGES = 256
 _POOL_MAX_BYTES = 16 << 20
-_STREAMS: list[Any] = []
-_CACHE_LOCK = threading.Lock()
 
 
-def _shared_decoder(nv: Any, device_id: int, kinds: tuple[Any, ...], options: str, cpu_threads: int) -> Any:
-    key = (device_id, tuple(int(k) for k in kinds), options, cpu_threads)
-    with _CACHE_LOCK:
-        if key not in _DECODERS:
-            _DECODERS[key] = nv.Decoder(device_id=device_id, max_num_cpu_threads=cpu_threads,
-                                        backends=[nv.Backend(k) for k in kinds], options=options)
-        return _DECODERS[key]
+def _make_decoder(nv: Any, device_id: int, kinds: tuple[Any, ...], options: str, cpu_threads: int) -> Any:
+    dec = nv.Decoder(device_id=device_id, max_num_cpu_threads=cpu_threads, backends=[nv.Backend(k) for k in kinds],
+                     options=options)
+    with _KEEP_LOCK:
+        _KEEP_ALIVE.append(dec)
+    return dec
 
 
 class GpuDecoder:
@@ -90,15 +88,15 @@ class GpuDecoder:
         self.nv = nv
         self.stream = stream
         self._pools: dict[int, list[Any]] = {}
-        with _CACHE_LOCK:
-            _STREAMS.append(stream)
+        with _KEEP_LOCK:
+            _KEEP_ALIVE.append(stream)
         options = ":fancy_upsampling=1" if fancy_upsampling else ""
         self.stages: list[tuple[str, Any]] = []
         wanted = ([("gpu_hw", [nv.BackendKind.HW_GPU_ONLY])] if hw_decoder else []) + [
             ("gpu_cuda", [nv.BackendKind.GPU_ONLY, nv.BackendKind.HYBRID_CPU_GPU])]
         for path, kinds in wanted:
             try:
-                dec = _shared_decoder(nv, device_id, tuple(kinds), options, cpu_threads)
+                dec = _make_decoder(nv, device_id, tuple(kinds), options, cpu_threads)
             except RuntimeError as e:  # e.g. no hardware decoder on this GPU
                 log.info("nvImageCodec %s decoder unavailable on GPU %d: %s", path, device_id, e)
                 continue
@@ -114,7 +112,7 @@ class GpuDecoder:
             self.description += f" (hardware share {hw_share:.2f}, concurrent)"
 
     def close(self) -> None:
-        """Stop the helper thread; the shared decoders stay for the process's lifetime."""
+        """Stop the helper thread; the decoders themselves stay alive until the process ends."""
         if self._side is not None:
             self._side.shutdown(wait=True)
         self._pools.clear()
