@@ -34,6 +34,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
 import bench_images  # noqa: E402
 import perf_sweep  # noqa: E402
 
@@ -199,40 +200,17 @@ def environment() -> list[str]:
             "- Triton 2.51 (nvidia-pytriton 0.7.0 wheel), perf_analyzer from the perf-analyzer wheel"]
 
 
-def plot(rows: list[dict], out: Path) -> list[str]:
+def plot(rows: list[dict], out: Path, soak: list | None = None) -> list[str]:
+    """PNG plots via plots.py, where matplotlib is installed (else none: run plots.py elsewhere)."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import plots
     except ImportError:
         return []
-    files = []
-    series: dict[str, list[dict]] = {}
-    for r in rows:
-        if r["size"] == "500x375" and r["kind"] == "triton":
-            series.setdefault(f"{r['config']} {r['protocol']} {r['images_per_request']}/req", []).append(r)
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5))
-    for label, rs in sorted(series.items()):
-        rs = sorted(rs, key=lambda r: r["concurrency"])
-        ax1.plot([r["concurrency"] for r in rs], [r["images_per_s"] for r in rs], marker="o", label=label)
-        ax2.plot([r["concurrency"] for r in rs], [r["p50_ms"] for r in rs], marker="o", label=f"{label} p50")
-        ax2.plot([r["concurrency"] for r in rs], [r["p99_ms"] for r in rs], marker="x", linestyle="--", label=f"{label} p99")
-    for ax, title, ylab in ((ax1, "Throughput vs concurrency (500x375 JPEG)", "images/s"),
-                            (ax2, "Latency percentiles vs concurrency", "ms")):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("concurrent requests")
-        ax.set_ylabel(ylab)
-        ax.set_title(title)
-        ax.grid(True, alpha=0.3)
-    ax2.set_yscale("log")
-    ax1.legend(fontsize=7)
-    ax2.legend(fontsize=6, ncol=2)
-    fig.tight_layout()
-    path = out / "throughput_latency.png"
-    fig.savefig(path, dpi=110)
-    files.append(path.name)
-    return files
+    try:
+        return [p.name for p in plots.plot_all(rows, out, soak)]
+    except ImportError:
+        log.info("matplotlib is not installed here; plot later with scripts/bench/plots.py results.csv --out DIR")
+        return []
 
 
 TUNE_GRID = [  # (preprocess instances, dynamic batching queue delay in us, hardware decoder share)
@@ -448,7 +426,7 @@ def write_report(rows: list[dict], summary: dict, out: Path) -> None:
     if summary.get("profile_main"):
         lines += ["", "Per-execute profile of the model instances (last lines of the main run):", "", "```",
                   *summary["profile_main"], "```"]  # type: ignore[list-item]
-    lines += ["", *[f"![plot]({p})" for p in plot(rows, out)]]
+    lines += ["", *[f"![plot]({p})" for p in plot(rows, out, summary.get("soak_gpu_memory_mib"))]]
     (out / "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))  # noqa: T201 - the report is this script's output
 

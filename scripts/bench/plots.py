@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Plots of a benchmark run (needs matplotlib): reads the harness's results.csv, writes PNGs.
+
+  throughput_vs_concurrency.png  images/s against concurrent requests, per configuration
+  latency_percentiles.png        p50 / p99 latency against concurrent requests
+  cost_vs_pixels.png             images/s and megapixels/s per image size, per pipeline
+  soak_gpu_memory.png            GPU memory over a soak run (with --soak-summary)
+
+    python scripts/bench/plots.py results.csv --out DIR [--soak-summary soak-summary.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from pathlib import Path
+
+SIZES = {"500x375": 500 * 375, "1280x720": 1280 * 720, "1920x1080": 1920 * 1080, "3840x2160": 3840 * 2160}
+
+
+def read_rows(path: Path) -> list[dict]:
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        for k in ("images_per_request", "concurrency"):
+            r[k] = int(float(r[k]))
+        for k in ("images_per_s", "p50_ms", "p90_ms", "p99_ms"):
+            r[k] = float(r[k])
+    return rows
+
+
+def plot_all(rows: list[dict], out: Path, soak: list | None = None) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    series: dict[str, list[dict]] = {}
+    for r in rows:
+        if r["kind"] == "triton" and r["size"] == "500x375":
+            series.setdefault(f"{r['config']} | {r['protocol']} | {r['images_per_request']} img/req", []).append(r)
+
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    for label, rs in sorted(series.items()):
+        rs = sorted(rs, key=lambda r: r["concurrency"])
+        ax.plot([r["concurrency"] for r in rs], [r["images_per_s"] for r in rs], marker="o", label=label)
+    for r in rows:
+        if r["kind"] == "dali" and r["size"] == "500x375":
+            ax.axhline(r["images_per_s"], linestyle="--", color="gray")
+            ax.annotate(r["config"], (1, r["images_per_s"]), fontsize=7, va="bottom")
+    ax.set(xscale="log", xlabel="concurrent requests", ylabel="images/s", title="Throughput vs concurrency, 500x375 JPEGs")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    written.append(out / "throughput_vs_concurrency.png")
+    fig.savefig(written[-1], dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    for label, rs in sorted(series.items()):
+        rs = sorted(rs, key=lambda r: r["concurrency"])
+        line = ax.plot([r["concurrency"] for r in rs], [r["p50_ms"] for r in rs], marker="o", label=f"p50 {label}")
+        ax.plot([r["concurrency"] for r in rs], [r["p99_ms"] for r in rs], marker="x", linestyle="--",
+                color=line[0].get_color(), label=f"p99 {label}")
+    ax.set(xscale="log", yscale="log", xlabel="concurrent requests", ylabel="latency (ms)",
+           title="Latency percentiles vs concurrency, 500x375 JPEGs")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=5, ncol=2)
+    fig.tight_layout()
+    written.append(out / "latency_percentiles.png")
+    fig.savefig(written[-1], dpi=110)
+    plt.close(fig)
+
+    best: dict[tuple[str, str], float] = {}
+    for r in rows:
+        if r["size"] not in SIZES or r["kind"] not in ("triton", "dali", "decode_ceiling"):
+            continue
+        name = {"dali": "DALI pipeline", "decode_ceiling": "nvImageCodec decode only"}.get(r["kind"])
+        if name is None:
+            if not r["config"].startswith("tritonprep GPU"):
+                continue
+            name = "tritonprep GPU through Triton"
+        best[(name, r["size"])] = max(best.get((name, r["size"]), 0.0), r["images_per_s"])
+    if best:
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.8))
+        for name in sorted({n for n, _ in best}):
+            pts = sorted((SIZES[s], v) for (n, s), v in best.items() if n == name)
+            a1.plot([p / 1e6 for p, _ in pts], [v for _, v in pts], marker="o", label=name)
+            a2.plot([p / 1e6 for p, _ in pts], [v * p / 1e6 for p, v in pts], marker="o", label=name)
+        a1.set(xscale="log", yscale="log", xlabel="megapixels per image", ylabel="images/s", title="Throughput by image size")
+        a2.set(xscale="log", xlabel="megapixels per image", ylabel="megapixels/s", title="Pixel rate by image size")
+        for a in (a1, a2):
+            a.grid(True, alpha=0.3)
+            a.legend(fontsize=7)
+        fig.tight_layout()
+        written.append(out / "cost_vs_pixels.png")
+        fig.savefig(written[-1], dpi=110)
+        plt.close(fig)
+
+    if soak:
+        fig, ax = plt.subplots(figsize=(8, 4))
+        ax.plot([t for t, _ in soak], [m for _, m in soak], marker=".")
+        ax.set(xlabel="seconds into the run", ylabel="GPU memory used (MiB)", title="GPU memory under constant load")
+        ax.grid(True, alpha=0.3)
+        fig.tight_layout()
+        written.append(out / "soak_gpu_memory.png")
+        fig.savefig(written[-1], dpi=110)
+        plt.close(fig)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("csv", type=Path)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--soak-summary", type=Path)
+    args = parser.parse_args(argv)
+    soak = json.loads(args.soak_summary.read_text()).get("soak_gpu_memory_mib") if args.soak_summary else None
+    for p in plot_all(read_rows(args.csv), args.out, soak):
+        print(p)  # noqa: T201
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
