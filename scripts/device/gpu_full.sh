@@ -5,6 +5,15 @@
 #      and the e2e suite against the GPU-backed server;
 #   2. the benchmark harness (scripts/bench/harness.py, PLAN=quick|full, HARNESS_ARGS=...).
 # Run after the last batch's take.sh, from the repository root; results go to $OUT.
+# Wheels (staged here with ../shared/device/stage-wheels, one device call per batch):
+#   'nvidia-pytriton==0.7.0' 'cupy-cuda13x==13.6.0' fastrlock 'numpy==1.26.4' 'nvidia-nvimgcodec-cu13==0.9.0.20'
+#   'perf-analyzer==2.60.0' 'tritonclient==2.73.0' python-rapidjson grpcio 'protobuf>=6.30,<7' typing_extensions
+#   packaging urllib3 'pillow==12.0.0' pytest pluggy iniconfig pytest-timeout onnxruntime flatbuffers coloredlogs
+#   humanfriendly geventhttpclient gevent greenlet zope.event zope.interface certifi brotli
+#   and for the DALI comparison: 'nvidia-dali-cuda130==2.4.0' 'nvidia-libnvcomp-cu13==5.3.0.16' astunparse gast six
+#   optree makefun 'libcst~=1.8' pyyaml nvtx
+# Carry model_repository/classifier/1/model.onnx (make model) and .photos (scripts/bench_images.py --export-photos
+# --out .photos) with the last batch.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 SITE=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
