@@ -148,3 +148,18 @@ def test_hardware_and_cuda_decoders_split_deterministically(cp, nvimgcodec, phot
     np.testing.assert_array_equal(first.output.get(), again.output.get()[::-1])
     ref = CpuExecutor(RAW).run(pool).output
     assert np.abs(first.output.get() - ref).mean() < 0.5
+
+
+def test_gpu_kernels_without_nvimgcodec_decode_on_the_cpu(cp, photos, jpegs):
+    """gpu_decoder=pillow (what an instance gets without nvImageCodec): Pillow decodes, the GPU
+    kernel preprocesses, and the result equals the CPU executor's up to the kernel's rounding."""
+    from tritonprep.gpu import GpuExecutor
+
+    spec = PreprocessSpec(mean=(0, 0, 0), std=(1, 1, 1), gpu_decoder="pillow")
+    images = [jpegs["chelsea"], encode(photos["coffee"], "PNG")]
+    with GpuExecutor(spec, 0) as ex:
+        res = ex.run(images)
+    assert ex.decoder is None and res.decoded_by == {"cpu_fallback": 2}
+    ref = CpuExecutor(RAW).run(images).output
+    for g, c in zip(res.output.get(), ref):
+        assert agreement(g, c)[0] >= 0.999
