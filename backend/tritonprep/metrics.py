@@ -11,6 +11,8 @@ Created through the Python backend's ``pb_utils.MetricFamily`` once per model in
                                                     summed over its worker threads)
     tritonprep_preprocess_seconds{model}            histogram: wall time of each batch
                                                     (decode + resize + normalize)
+    tritonprep_executing_requests{model, instance}  requests inside execute() now (the
+                                                    launcher's drain waits for 0)
 
 Recording a metric never fails a request: without ``MetricFamily`` (older Triton) or
 outside a stub, :class:`PreprocessMetrics` does nothing.
@@ -32,7 +34,7 @@ BATCH_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2
 class PreprocessMetrics:
     """The counters and histogram of one preprocess model instance."""
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, instance: str = "") -> None:
         self.model = model
         self.enabled = False
         try:
@@ -52,13 +54,21 @@ class PreprocessMetrics:
         batch = family(name="tritonprep_preprocess_seconds",
                        description="Wall time of each preprocessed batch (decode, resize, normalize)",
                        kind=family.HISTOGRAM)
-        self._families = (images, rejected, decode, batch)  # the metrics live as long as their families
+        executing = family(name="tritonprep_executing_requests", description="Requests inside execute() now",
+                           kind=family.GAUGE)
+        self._families = (images, rejected, decode, batch, executing)  # metrics live as long as their families
         self._images = {p: images.Metric(labels={**labels, "path": p}) for p in PATHS}
         self._rejected = {r: rejected.Metric(labels={**labels, "reason": r}) for r in REASONS}
         self._images_family, self._rejected_family = images, rejected
         self._decode = decode.Metric(labels=labels)
         self._batch = batch.Metric(labels=labels, buckets=BATCH_BUCKETS)
+        self._executing = executing.Metric(labels={**labels, "instance": instance})
         self.enabled = True
+
+    def executing(self, n: int) -> None:
+        """Set how many requests this instance is executing now."""
+        if self.enabled:
+            self._executing.set(float(n))
 
     def _metric(self, cache: dict[str, Any], family: Any, key: str, label: str) -> Any:
         if key not in cache:  # a path or reason this version does not know yet

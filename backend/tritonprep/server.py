@@ -284,6 +284,48 @@ class EmbeddedServer:
                 states[name] = False
         return states
 
+    def metrics_text(self, timeout: float = 2.0) -> str:
+        """Triton's Prometheus metrics (the metrics endpoint is not a restricted API)."""
+        url = f"http://{self.options.host}:{self.options.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 - localhost
+            return r.read().decode()
+
+    def drain(self, timeout_s: float, quiet_s: float = 2.0) -> bool:
+        """Wait until no request is queued or executing anywhere, for at most ``timeout_s``.
+
+        Triton 2.51's own drain (on SIGINT) finishes what is queued or executing in each
+        model but refuses the *next step* of an in-flight ensemble request ("Server is
+        stopping"), so a ``classify`` request inside preprocess at shutdown would fail.
+        Waiting first for quiescence lets those requests finish: quiet means every model's
+        queue is empty (``nv_inference_pending_request_count``), the preprocess instances
+        execute nothing (``tritonprep_executing_requests``) and no model's request or
+        execution counters moved for ``quiet_s`` (which covers a classifier batch in
+        flight). Returns False on timeout (traffic that never stops).
+        """
+        deadline = time.monotonic() + timeout_s
+        last: tuple[float, ...] | None = None
+        quiet_since = time.monotonic()
+        while time.monotonic() < deadline:
+            try:
+                text = self.metrics_text()
+            except (urllib.error.URLError, OSError):
+                return False
+            busy, counters = 0.0, []
+            for line in text.splitlines():
+                name, _, value = line.rpartition(" ")
+                if name.startswith(("nv_inference_pending_request_count", "tritonprep_executing_requests")):
+                    busy += float(value)
+                elif name.startswith(("nv_inference_request_success", "nv_inference_request_failure",
+                                      "nv_inference_exec_count")):
+                    counters.append(float(value))
+            now = time.monotonic()
+            if busy or tuple(counters) != last:
+                quiet_since, last = now, tuple(counters)
+            elif now - quiet_since >= quiet_s:
+                return True
+            time.sleep(0.1)
+        return False
+
     def stop(self, timeout_s: float | None = None) -> int | None:
         """Stop tritonserver (SIGINT, wait ``timeout_s``, by default Triton's exit timeout + 10 s, then
         SIGKILL); return its exit code."""
@@ -433,6 +475,11 @@ def serve(args: argparse.Namespace) -> int:
     finally:
         if supervisor is not None:
             supervisor.stop()
+        if stopping.is_set() and server.process is not None and server.process.poll() is None:
+            t0 = time.monotonic()
+            drained = server.drain(options.exit_timeout_s)
+            log.info("requests in flight %s after %.1f s", "finished" if drained else "still running",
+                     time.monotonic() - t0)
         code = server.stop()
         log.info("tritonserver stopped (exit code %s)", code)
 

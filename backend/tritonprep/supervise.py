@@ -98,7 +98,7 @@ def rss_bytes(pid: int) -> int | None:
 class Supervisor:
     """Watches an :class:`EmbeddedServer` from a background thread and restarts it on failure."""
 
-    def __init__(self, server: EmbeddedServer, *, poll_s: float = 0.5, ready_failures: int = 3, grace_s: float = 5.0,
+    def __init__(self, server: EmbeddedServer, *, poll_s: float = 0.5, ready_failures: int = 3, grace_s: float = 2.0,
                  max_restarts: int = 5, window_s: float = 600.0, ready_timeout_s: float = 300.0,
                  on_event: Callable[[Event], None] | None = None) -> None:
         self.server = server

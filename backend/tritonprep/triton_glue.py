@@ -244,7 +244,8 @@ class PreprocessModel:
         self.spec = PreprocessSpec.from_model_config(config, output_name=output_name)
         executor = create_executor(self.spec, args["model_instance_kind"], int(args["model_instance_device_id"]))
         self.executor = faults.FaultyExecutor(executor) if faults.enabled() else executor
-        self.metrics = PreprocessMetrics(args.get("model_name", config.get("name", "preprocess")))
+        self.metrics = PreprocessMetrics(args.get("model_name", config.get("name", "preprocess")),
+                                         args["model_instance_name"])
         decoder = getattr(executor, "decoder_description", None) or getattr(getattr(executor, "decoder", None),
                                                                           "description", None)
         log.info("preprocess instance %s (%s, device %s): %s executor, decoder %s; limits %s",
@@ -253,6 +254,13 @@ class PreprocessModel:
 
     def execute(self, requests: Sequence[Any]) -> list[Any]:
         """One response per request, whatever happens."""
+        self.metrics.executing(len(requests))
+        try:
+            return self._execute_isolated(requests)
+        finally:
+            self.metrics.executing(0)
+
+    def _execute_isolated(self, requests: Sequence[Any]) -> list[Any]:
         n = len(requests)
         failure = instance_failure()
         if failure is None:
