@@ -6,7 +6,7 @@ wraps its executor in :class:`FaultyExecutor`, which acts on images whose bytes 
 then preprocessed as usual:
 
     raise          the executor raises an unexpected exception for the whole batch
-    sleep:<s>      the executor sleeps <s> seconds (at most 60), then goes on
+    sleep:<s>      the executor sleeps <s> seconds (at most 60, once per batch), then goes on
     fail-instance  the executor reports an unrecoverable error (InstanceFailed)
     exit           the stub process dies at once (like a segfault)
 
@@ -57,6 +57,7 @@ class FaultyExecutor:
     def run(self, images: Sequence[bytes]) -> Any:
         """Act on the trigger images of the batch, then run the wrapped executor on the real images."""
         images = list(images)
+        sleep = 0.0
         for i, data in enumerate(images):
             if not data.startswith(PREFIX):
                 continue
@@ -64,13 +65,14 @@ class FaultyExecutor:
             action = head.decode(errors="replace")
             if action == "raise":
                 raise InjectedFault("injected fault: the executor raised for the whole batch")
-            if action.startswith("sleep:"):
-                time.sleep(min(60.0, float(action.split(":", 1)[1])))
+            if action.startswith("sleep:"):  # once per batch, however many requests ask for it
+                sleep = max(sleep, min(60.0, float(action.split(":", 1)[1])))
             elif action == "fail-instance":
                 raise InstanceFailed("injected fault: unrecoverable device error")
             elif action == "exit":
                 log.error("injected fault: the stub process exits now")
                 os._exit(71)
+        time.sleep(sleep)
         return self.inner.run(images)
 
     def close(self) -> None:

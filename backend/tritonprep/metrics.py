@@ -13,6 +13,9 @@ Created through the Python backend's ``pb_utils.MetricFamily`` once per model in
                                                     (decode + resize + normalize)
     tritonprep_executing_requests{model, instance}  requests inside execute() now (the
                                                     launcher's drain waits for 0)
+    tritonprep_cupy_pool_bytes{model, instance, kind}
+                                                    CuPy's default device memory pool
+                                                    (kind: used, total), when CuPy is loaded
 
 Recording a metric never fails a request: without ``MetricFamily`` (older Triton) or
 outside a stub, :class:`PreprocessMetrics` does nothing.
@@ -21,6 +24,7 @@ outside a stub, :class:`PreprocessMetrics` does nothing.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -56,13 +60,17 @@ class PreprocessMetrics:
                        kind=family.HISTOGRAM)
         executing = family(name="tritonprep_executing_requests", description="Requests inside execute() now",
                            kind=family.GAUGE)
-        self._families = (images, rejected, decode, batch, executing)  # metrics live as long as their families
+        pools = family(name="tritonprep_cupy_pool_bytes", description="CuPy memory pools of this instance",
+                       kind=family.GAUGE)
+        self._families = (images, rejected, decode, batch, executing, pools)  # metrics live as long as their families
         self._images = {p: images.Metric(labels={**labels, "path": p}) for p in PATHS}
         self._rejected = {r: rejected.Metric(labels={**labels, "reason": r}) for r in REASONS}
         self._images_family, self._rejected_family = images, rejected
         self._decode = decode.Metric(labels=labels)
         self._batch = batch.Metric(labels=labels, buckets=BATCH_BUCKETS)
         self._executing = executing.Metric(labels={**labels, "instance": instance})
+        self._pools = {kind: pools.Metric(labels={**labels, "instance": instance, "kind": kind})
+                       for kind in ("used", "total")}
         self.enabled = True
 
     def executing(self, n: int) -> None:
@@ -86,6 +94,11 @@ class PreprocessMetrics:
             self._decode.increment(float(timings["decode_s"]))
         if "total_s" in timings:
             self._batch.observe(float(timings["total_s"]))
+        cupy = sys.modules.get("cupy")  # only if the executor loaded it: never import CuPy here
+        if cupy is not None:
+            pool = cupy.get_default_memory_pool()
+            self._pools["used"].set(float(pool.used_bytes()))
+            self._pools["total"].set(float(pool.total_bytes()))
 
     def record_rejections(self, reasons: Mapping[str, int]) -> None:
         """Count refused images or requests by reason."""

@@ -157,6 +157,22 @@ def _request_response(output: Any, errors: Mapping[int, PreprocessError], start:
     return _pb().InferenceResponse(output_tensors=[output_tensor(output_name, output[start:stop])])
 
 
+def detach_errors(errors: Mapping[int, BaseException]) -> None:
+    """Drop the tracebacks and chained exceptions of per-image errors.
+
+    An error returned from inside an ``except`` block keeps its traceback, whose frames keep
+    their locals: the encoded bytes, decoded pictures and (in a worker) a view of the whole
+    output batch, in a reference cycle (error -> traceback -> frame -> error) that only the
+    cyclic garbage collector frees, rarely, since a few large arrays do not count towards
+    its thresholds. The soak measured 220 MB of growth in 16,000 batches from this; the
+    message is all a response needs.
+    """
+    for error in errors.values():
+        error.__traceback__ = None
+        error.__context__ = None
+        error.__cause__ = None
+
+
 def image_responses(batch: ImageBatch, output: Any, errors: Mapping[int, PreprocessError], output_name: str) -> list[Any]:
     """One response per request: its slice of ``output``, or the error of its first bad image.
 
@@ -294,6 +310,8 @@ class PreprocessModel:
             log.warning("executor failed on %d images from %d requests (%s: %s); retrying each request alone",
                         len(batch.images), len(requests), type(e).__name__, e)
             return self._retry_per_request(batch, rejected)
+        detach_errors(result.errors)
+        detach_errors(batch.request_errors)
         rejected.update(e.reason for e in result.errors.values())
         self.metrics.record_batch(result.decoded_by, result.timings)
         self.metrics.record_rejections(rejected)
@@ -310,6 +328,7 @@ class PreprocessModel:
             except InstanceFailed:
                 raise
             except ImageError as e:
+                detach_errors({0: e})
                 results.append(_RequestResult(failure=e))
                 rejected[e.reason] += 1
                 continue
@@ -318,6 +337,7 @@ class PreprocessModel:
                 results.append(_RequestResult(failure=PreprocessError(f"internal error: {type(e).__name__}: {e}")))
                 rejected["internal"] += 1
                 continue
+            detach_errors(res.errors)
             rejected.update(e.reason for e in res.errors.values())
             self.metrics.record_batch(res.decoded_by, res.timings)
             results.append(_RequestResult(res.output, dict(res.errors)))
