@@ -5,10 +5,11 @@
 
 First ``--clients`` closed-loop threads measure the sustainable rate. Then requests are
 sent open-loop (asynchronously, at a fixed rate, regardless of answers) at ``--factor``
-times that rate for ``--seconds``. Reported: how many were served and how many rejected
+times that rate for ``--seconds``, in ``--rounds`` rounds. Reported per round: how many were served and how many rejected
 (by reason), how fast rejections came back (p50/p99), latency of the served ones, requests
 that got no answer before the client deadline (must be 0), and the resident memory of
-tritonserver and its stubs before, at peak and after. ``--json FILE`` writes the figures.
+tritonserver and its stubs at peak and after (it must level off from one round to the
+next: bounded, not growing with the duration). ``--json FILE`` writes the figures.
 """
 
 from __future__ import annotations
@@ -100,60 +101,77 @@ def open_loop(url: str, model: str, photo: bytes, rate: float, seconds: float, t
     return outcomes, peak
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Measure capacity, overload, print the figures."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="classify", choices=["classify", "preprocess"])
-    parser.add_argument("--factor", type=float, default=10.0, help="offered load / capacity")
-    parser.add_argument("--seconds", type=float, default=10.0, help="duration of the overload")
-    parser.add_argument("--clients", type=int, default=4, help="closed-loop threads measuring capacity")
-    parser.add_argument("--capacity-seconds", type=float, default=5.0)
-    parser.add_argument("--timeout", type=float, default=30.0, help="client deadline of each request (s)")
-    parser.add_argument("--json", type=Path, help="also write the figures here")
-    args = parser.parse_args(argv)
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Measure capacity, then ``args.rounds`` rounds of overload; return the figures."""
     photo = images()["good"][0]
+    rounds = []
     with tempfile.TemporaryDirectory(prefix="tritonprep-overload-") as tmp, \
             running_server(Path(tmp) / "tritonserver.log") as (server, _):
         url = server.options.grpc_url
         mem_before = memory(server)
         rate, p50 = capacity(url, args.model, photo, args.clients, args.capacity_seconds)
         offered = rate * args.factor
-        t0 = time.monotonic()
-        outcomes, peak = open_loop(url, args.model, photo, offered, args.seconds, args.timeout, server)
-        elapsed = time.monotonic() - t0
-        time.sleep(1.0)
-        mem_after = memory(server)
+        for _ in range(args.rounds):
+            t0 = time.monotonic()
+            outcomes, peak = open_loop(url, args.model, photo, offered, args.seconds, args.timeout, server)
+            elapsed = time.monotonic() - t0
+            time.sleep(1.0)
+            rounds.append((outcomes, peak, elapsed, memory(server)))
         ready = server.is_ready()
         after = GrpcSender(url).send(args.model, [photo], "good", 30).category
-    cats = Counter(o.category for o in outcomes)
-    rejected = [o.latency for o in outcomes if o.category in ("queue-full", "queue-timeout")]
-    served = [o.latency for o in outcomes if o.category == "ok"]
-    sent = int(offered * args.seconds)
     mb = 1 << 20
-    figures = {
+    sent = int(offered * args.seconds)
+    figures: dict[str, Any] = {
         "model": args.model,
         "capacity_req_per_s": round(rate, 1),
         "capacity_latency_p50_s": round(p50, 3),
         "offered_req_per_s": round(offered, 1),
-        "sent": sent,
-        "answered": len(outcomes),
-        "unanswered": sent - len(outcomes),
-        "outcomes": dict(cats),
-        "served_req_per_s": round(len(served) / elapsed, 1),
-        "rejection_latency_p50_s": round(percentile(rejected, 50), 4),
-        "rejection_latency_p99_s": round(percentile(rejected, 99), 4),
-        "served_latency_p50_s": round(percentile(served, 50), 3),
-        "served_latency_p99_s": round(percentile(served, 99), 3),
         "rss_before_mb": round(sum(mem_before.values()) / mb, 1),
-        "rss_peak_mb": round(peak / mb, 1),
-        "rss_after_mb": round(sum(mem_after.values()) / mb, 1),
-        "rss_after_by_process_mb": {k: round(v / mb, 1) for k, v in mem_after.items()},
-        "ready_after": ready,
-        "request_after_overload": after,
-        "sample_errors": sorted({o.message for o in outcomes if o.message})[:5],
+        "rounds": [],
     }
+    for outcomes, peak, elapsed, mem_after in rounds:
+        rejected = [o.latency for o in outcomes if o.category in ("queue-full", "queue-timeout")]
+        served = [o.latency for o in outcomes if o.category == "ok"]
+        figures["rounds"].append({
+            "sent": sent,
+            "answered": len(outcomes),
+            "unanswered": sent - len(outcomes),
+            "outcomes": dict(Counter(o.category for o in outcomes)),
+            "served_req_per_s": round(len(served) / elapsed, 1),
+            "rejection_latency_p50_s": round(percentile(rejected, 50), 4),
+            "rejection_latency_p99_s": round(percentile(rejected, 99), 4),
+            "served_latency_p50_s": round(percentile(served, 50), 3),
+            "served_latency_p99_s": round(percentile(served, 99), 3),
+            "rss_peak_mb": round(peak / mb, 1),
+            "rss_after_mb": round(sum(mem_after.values()) / mb, 1),
+            "rss_after_by_process_mb": {k: round(v / mb, 1) for k, v in mem_after.items()},
+            "sample_errors": sorted({o.message for o in outcomes if o.message})[:3],
+        })
+    figures["ready_after"] = ready
+    figures["request_after_overload"] = after
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure capacity, overload, print the figures."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="classify", choices=["classify", "preprocess"])
+    parser.add_argument("--factor", type=float, default=10.0, help="offered load / capacity")
+    parser.add_argument("--seconds", type=float, default=10.0, help="duration of each round of overload")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of overload (memory must plateau)")
+    parser.add_argument("--clients", type=int, default=4, help="closed-loop threads measuring capacity")
+    parser.add_argument("--capacity-seconds", type=float, default=5.0)
+    parser.add_argument("--timeout", type=float, default=30.0, help="client deadline of each request (s)")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args(argv)
+    figures = run(args)
     for key, value in figures.items():
-        sys.stdout.write(f"{key:28s} {value}\n")
+        if key == "rounds":
+            for i, r in enumerate(value, 1):
+                for k, v in r.items():
+                    sys.stdout.write(f"round {i} {k:26s} {v}\n")
+        else:
+            sys.stdout.write(f"{key:34s} {value}\n")
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
     return 0

@@ -49,6 +49,8 @@ _PR_SET_PDEATHSIG = 1
 RESTRICTED_APIS = ("model-repository", "model-config", "shared-memory", "statistics", "trace", "logging")
 ADMIN_HEADER = "triton-admin-key"
 ADMIN_KEY_ENV = "TRITONPREP_ADMIN_KEY"
+#: Triton checks a restricted gRPC protocol's header under this prefix
+GRPC_HEADER_PREFIX = "triton-grpc-protocol-"
 
 
 @dataclass(frozen=True)
@@ -178,8 +180,13 @@ class EmbeddedServer:
 
     @property
     def admin_headers(self) -> dict[str, str]:
-        """The header that opens the restricted APIs (statistics, model config, ...)."""
+        """The HTTP header that opens the restricted APIs (statistics, model config, ...)."""
         return {self.options.admin_header: self.admin_key}
+
+    @property
+    def grpc_admin_headers(self) -> dict[str, str]:
+        """The same for gRPC: Triton expects the header name prefixed with ``triton-grpc-protocol-``."""
+        return {GRPC_HEADER_PREFIX + self.options.admin_header: self.admin_key}
 
     # ------------------------------------------------------------------ lifecycle
     def command(self, backend_dir: Path) -> list[str]:
