@@ -137,7 +137,8 @@ def drain(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         probe = GrpcSender(url)
         while not _ready(probe):
             if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError(f"tritonprep serve did not become ready: {proc.stderr.read() if proc.stderr else ''}")
+                output = proc.stderr.read() if proc.stderr else ""
+                raise RuntimeError(f"tritonprep serve did not become ready: {output}")
             time.sleep(0.25)
         probe.close()
         outcomes: list[Outcome] = []
@@ -204,7 +205,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     with tempfile.TemporaryDirectory(prefix="tritonprep-faults-") as tmp:
-        figures = drain(args, Path(tmp)) if args.scenario == "drain" else break_and_recover(args.scenario, args, Path(tmp))
+        if args.scenario == "drain":
+            figures = drain(args, Path(tmp))
+        else:
+            figures = break_and_recover(args.scenario, args, Path(tmp))
     for key, value in figures.items():
         sys.stdout.write(f"{key:32s} {value}\n")
     if args.json:

@@ -5,7 +5,8 @@
 
 First ``--clients`` closed-loop threads measure the sustainable rate. Then requests are
 sent open-loop (asynchronously, at a fixed rate, regardless of answers) at ``--factor``
-times that rate for ``--seconds``, in ``--rounds`` rounds. Reported per round: how many were served and how many rejected
+times that rate for ``--seconds``, in ``--rounds`` rounds. Reported per round: how many
+were served and how many rejected
 (by reason), how fast rejections came back (p50/p99), latency of the served ones, requests
 that got no answer before the client deadline (must be 0), and the resident memory of
 tritonserver and its stubs at peak and after (it must level off from one round to the

@@ -73,10 +73,12 @@ def chunk(kind: bytes, body: bytes) -> bytes:
     return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
 
 
-def png_raw(width: int, height: int, rows: bytes, bit_depth: int = 8, colour_type: int = 2, extra: bytes = b"") -> bytes:
+def png_raw(width: int, height: int, rows: bytes, bit_depth: int = 8, colour_type: int = 2,
+            extra: bytes = b"") -> bytes:
     """A PNG built by hand: IHDR (any size), ``extra`` chunks, one IDAT of ``rows`` (already filtered), IEND."""
     ihdr = struct.pack(">IIBBBBB", width, height, bit_depth, colour_type, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + extra + chunk(b"IDAT", zlib.compress(rows, 9)) + chunk(b"IEND", b"")
+    idat = chunk(b"IDAT", zlib.compress(rows, 9))
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + extra + idat + chunk(b"IEND", b"")
 
 
 def jpeg_sof_offset(data: bytes) -> int:
@@ -193,7 +195,8 @@ def build() -> list[Item]:
     ok("valid/webp-lossless", encode(coffee, "WEBP", lossless=True), coffee, 0)
     ok("valid/webp-lossy", encode(coffee, "WEBP", quality=95), coffee, 4)
     frames = [Image.fromarray(coffee), Image.fromarray(coffee[::-1].copy()), Image.fromarray(255 - coffee)]
-    ok("valid/webp-animated", encode(frames[0], "WEBP", lossless=True, save_all=True, append_images=frames[1:]), coffee, 0)
+    ok("valid/webp-animated", encode(frames[0], "WEBP", lossless=True, save_all=True, append_images=frames[1:]),
+       coffee, 0)
     gif_pal = Image.fromarray(coffee).quantize(256)
     ok("valid/gif", encode(gif_pal, "GIF"), np.asarray(gif_pal.convert("RGB")), 0)
     gif_frames = [gif_pal] + [Image.fromarray(f).quantize(256) for f in (coffee[::-1].copy(), 255 - coffee)]
@@ -242,7 +245,8 @@ def build() -> list[Item]:
     big = b"\x00" * 65533
     ok("markers/200-app15", jpeg_insert(base, segment(0xEF, big) * 200), stored, 3)
     ok("markers/200-com", jpeg_insert(base, segment(0xFE, big) * 200), stored, 3)
-    ok("markers/icc-app2-garbage", jpeg_insert(base, segment(0xE2, b"ICC_PROFILE\x00\x01\x01" + big[:60000])), stored, 3)
+    icc = segment(0xE2, b"ICC_PROFILE\x00\x01\x01" + big[:60000])
+    ok("markers/icc-app2-garbage", jpeg_insert(base, icc), stored, 3)
     ok("markers/app1-xmp-huge", jpeg_insert(base, segment(0xE1, b"http://ns.adobe.com/xap/1.0/\x00" + big[:65000])),
        stored, 3)
     ok("markers/trailing-garbage", jpeg + b"\x00garbage after EOI" * 100, cat, 3)

@@ -392,9 +392,9 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--exit-timeout", type=int, default=30, help="seconds in-flight requests get on shutdown")
     sec = p.add_argument_group("security")
     sec.add_argument("--admin-key-file", type=Path,
-                     help=f"file holding the value of the {ADMIN_HEADER} header that opens the repository, model-config, "
-                          f"shared-memory, statistics, trace and logging APIs (default: ${ADMIN_KEY_ENV}, else a random "
-                          "value per start, which closes them)")
+                     help=f"file holding the value of the {ADMIN_HEADER} header that opens the repository, "
+                          "model-config, shared-memory, statistics, trace and logging APIs "
+                          f"(default: ${ADMIN_KEY_ENV}, else a random value per start, which closes them)")
     sec.add_argument("--unrestricted", action="store_true", help="leave every API open (trusted networks only)")
     sec.add_argument("--grpc-tls-cert", type=Path, help="PEM certificate: serve gRPC over TLS")
     sec.add_argument("--grpc-tls-key", type=Path, help="PEM private key of --grpc-tls-cert")

@@ -177,7 +177,8 @@ class Supervisor:
         now = time.monotonic()
         self._restart_times = [t for t in self._restart_times if now - t < self.window_s] + [now]
         if len(self._restart_times) > self.max_restarts:
-            self._event("gave-up", f"{len(self._restart_times) - 1} restarts within {self.window_s:.0f} s; last: {reason}")
+            self._event("gave-up",
+                        f"{len(self._restart_times) - 1} restarts within {self.window_s:.0f} s; last: {reason}")
             self.gave_up.set()
             return False
         self._event("restarting", reason)

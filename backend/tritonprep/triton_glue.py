@@ -147,7 +147,8 @@ def output_tensor(name: str, array: Any) -> Any:
     return pb_utils.Tensor.from_dlpack(name, array)
 
 
-def _request_response(output: Any, errors: Mapping[int, PreprocessError], start: int, stop: int, output_name: str) -> Any:
+def _request_response(output: Any, errors: Mapping[int, PreprocessError], start: int, stop: int,
+                      output_name: str) -> Any:
     """The response of one request whose images are ``[start, stop)`` of ``output``."""
     bad = next((i for i in range(start, stop) if i in errors), None)
     if bad is not None:
@@ -175,7 +176,8 @@ def detach_errors(errors: Mapping[int, BaseException]) -> None:
         error.__cause__ = None
 
 
-def image_responses(batch: ImageBatch, output: Any, errors: Mapping[int, PreprocessError], output_name: str) -> list[Any]:
+def image_responses(batch: ImageBatch, output: Any, errors: Mapping[int, PreprocessError],
+                    output_name: str) -> list[Any]:
     """One response per request: its slice of ``output``, or the error of its first bad image.
 
     A failure while building one request's response (an output the backend refuses) fails
@@ -389,7 +391,8 @@ class PreprocessModel:
                     responses.append(_request_response(res.output, res.errors, 0, stop - start, self.output_name))
                 except Exception as e:  # noqa: BLE001 - isolation boundary, as in image_responses
                     log.exception("building the response of request %d failed", r + 1)
-                    responses.append(error_response(f"internal error building the response: {e}", invalid_argument=False))
+                    responses.append(error_response(f"internal error building the response: {e}",
+                                                    invalid_argument=False))
         return responses
 
     def close(self) -> None:

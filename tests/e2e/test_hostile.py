@@ -77,7 +77,8 @@ def test_corpus_subset_through_the_server_matches_the_library(server, subset):
     reasons = Counter(w.errors[0].reason for w in local if w.errors)
     assert delta['tritonprep_images_total{model="preprocess",path="cpu"}'] == ok
     for reason in ("decode", "format", "limit", "invalid"):
-        assert delta[f'tritonprep_rejected_total{{model="preprocess",reason="{reason}"}}'] == reasons.get(reason, 0), reason
+        key = f'tritonprep_rejected_total{{model="preprocess",reason="{reason}"}}'
+        assert delta[key] == reasons.get(reason, 0), reason
     assert reasons["decode"] > 10 and reasons["limit"] >= 3
     batches = delta['tritonprep_preprocess_seconds_count{model="preprocess"}']
     assert 1 <= batches < len(subset), "requests were never batched together"

@@ -44,7 +44,10 @@ def _to_rgb(im: Image.Image) -> Image.Image:
         else:  # 32-bit int or float: scale the observed range
             arr = arr.astype(np.float64)
             lo, hi = (float(arr.min()), float(arr.max())) if arr.size and np.isfinite(arr).all() else (0.0, 0.0)
-            arr8 = np.zeros(arr.shape, np.uint8) if hi <= lo else ((arr - lo) * (255.0 / (hi - lo)) + 0.5).astype(np.uint8)
+            if hi <= lo:
+                arr8 = np.zeros(arr.shape, np.uint8)
+            else:
+                arr8 = ((arr - lo) * (255.0 / (hi - lo)) + 0.5).astype(np.uint8)
         return Image.fromarray(np.repeat(arr8[..., None], 3, axis=2), "RGB")
     return im.convert("RGB")
 
