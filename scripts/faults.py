@@ -64,7 +64,7 @@ def break_and_recover(scenario: str, args: argparse.Namespace, workdir: Path) ->
 
         def slow_client(i: int) -> None:
             sender = GrpcSender(server.options.grpc_url)
-            slow.append(sender.send("classify", [faults.trigger("sleep:2", photo)], "in-preprocess", args.timeout))
+            slow.append(sender.send("classify", [faults.trigger("sleep:1.5", photo)], "in-preprocess", args.timeout))
             sender.close()
 
         slow_threads = run_threads(args.in_preprocess, slow_client)
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--after", type=float, default=2.0, help="seconds of load after recovery")
     parser.add_argument("--max-recovery", type=float, default=120.0, help="give up waiting after (s)")
     parser.add_argument("--in-preprocess", type=int, default=2,
-                        help="requests held inside preprocess (2 s each) when it breaks")
+                        help="requests held inside preprocess (1.5 s) when it breaks")
     parser.add_argument("--grace", type=float, default=2.0, help="supervisor: seconds for in-flight requests")
     parser.add_argument("--sleep", type=float, default=1.5, help="drain: seconds each in-flight request takes")
     parser.add_argument("--exit-timeout", type=int, default=30, help="drain: Triton's exit timeout (s)")

@@ -125,6 +125,7 @@ def test_killed_stub_under_load_is_restarted(tmp_path):
     assert figures["requests_succeed_again_after_s"] is not None and figures["requests_succeed_again_after_s"] < 60
     assert figures["client_threads_hung"] == 0
     assert sum(figures["in_preprocess_at_break"].values()) == 2
+    assert "stub-dead" in figures["in_preprocess_at_break"], figures
     assert set(figures["in_preprocess_at_break"]) <= {"stub-dead", "server-unavailable"}, figures
     assert set(figures["after_recovery"]) == {"ok"} and figures["after_recovery"]["ok"] > 3
     assert figures["outage_latency_p99_s"] < 5.0  # the outage fails fast

@@ -24,8 +24,13 @@ def test_ten_times_overload_is_rejected_fast_and_memory_levels_off():
         assert set(r["outcomes"]) <= {"ok", "queue-full", "queue-timeout"}, r
         assert r["rejection_latency_p50_s"] < 0.1, r  # rejected at the door, not after waiting
         assert r["served_latency_p99_s"] < 15, r  # bounded queues bound the wait
-    first, second = figures["rounds"]
-    assert second["rss_peak_mb"] - first["rss_peak_mb"] < 100, figures  # bounded: no growth with duration
+    # bounded: the second round does not grow what the first one left; the classifier stub is
+    # ONNX Runtime's arena, which keeps the largest batch it ran (bounded by its queue and
+    # max_batch_size, so only an absolute bound for it)
+    first, second = (r["rss_after_by_process_mb"] for r in figures["rounds"])
+    for process in ("tritonserver", "stub:preprocess", "stub:postprocess"):
+        assert second[process] - first[process] < 40, (process, figures)
+    assert second["stub:classifier"] < 2500, figures
     assert figures["ready_after"] and figures["request_after_overload"] == "ok"
 
 
