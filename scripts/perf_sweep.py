@@ -10,6 +10,11 @@ perf_analyzer reads from Triton's statistics. All rows go to one CSV.
     python scripts/perf_sweep.py --images .cache/images/500x375 -m classify \\
         --protocol grpc,http --batch 1,8 --concurrency 1,4,16,64 --out perf-results/
 
+The embedded server and the compose file restrict the model-config and statistics APIs
+(which perf_analyzer needs) to clients with the admin header: pass its value with
+``--admin-key-file`` or ``$TRITONPREP_ADMIN_KEY``, and the sweep hands perf_analyzer the
+right ``-H`` header per protocol.
+
 Image files: ``python scripts/bench_images.py --size 500x375 --count 256 --out DIR``.
 Needs ``perf_analyzer`` on PATH (``pip install perf-analyzer``; manylinux_2_38, so a recent
 distribution or NVIDIA's ``tritonserver:<ver>-py3-sdk`` image).
@@ -22,6 +27,7 @@ import base64
 import csv
 import json
 import logging
+import os
 import shutil
 import struct
 import subprocess
@@ -71,6 +77,19 @@ def _ms(rec: dict, key: str) -> float:
     return float(rec.get(key) or 0) / 1000.0  # perf_analyzer reports microseconds
 
 
+#: the admin header (tritonprep.server.ADMIN_HEADER) and the prefix Triton's gRPC server checks it under
+ADMIN_HEADER = "triton-admin-key"
+GRPC_HEADER_PREFIX = "triton-grpc-protocol-"
+
+
+def admin_header_args(protocol: str, admin_key: str | None) -> list[str]:
+    """perf_analyzer's ``-H`` arguments that open the restricted APIs, or none without a key."""
+    if not admin_key:
+        return []
+    name = GRPC_HEADER_PREFIX + ADMIN_HEADER if protocol == "grpc" else ADMIN_HEADER
+    return ["-H", f"{name}:{admin_key}"]
+
+
 def run_one(pa: str, model: str, url: str, protocol: str, data_json: Path, batch: int, concurrency: int,
             interval_ms: int, workdir: Path, extra: list[str]) -> Row | None:
     name = f"pa-{protocol}-{batch}-{concurrency}.csv"
@@ -115,8 +134,12 @@ def print_table(rows: list[Row]) -> None:
 
 def sweep(model: str, urls: dict[str, str], images: list[bytes], protocols: list[str], batches: list[int],
           concurrencies: list[int], interval_ms: int, out: Path, pa: str = "perf_analyzer",
-          extra: list[str] | None = None) -> list[Row]:
-    """Run the sweep; return the rows (also appended to ``out/perf.csv``)."""
+          extra: list[str] | None = None, admin_key: str | None = None) -> list[Row]:
+    """Run the sweep; return the rows (also appended to ``out/perf.csv``).
+
+    ``admin_key``: the value of the server's admin header, for its restricted statistics
+    and model-config APIs.
+    """
     out.mkdir(parents=True, exist_ok=True)
     rows: list[Row] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -125,7 +148,8 @@ def sweep(model: str, urls: dict[str, str], images: list[bytes], protocols: list
         for protocol in protocols:
             for batch in batches:
                 for c in concurrencies:
-                    row = run_one(pa, model, urls[protocol], protocol, data_json, batch, c, interval_ms, Path(tmp), extra or [])
+                    row = run_one(pa, model, urls[protocol], protocol, data_json, batch, c, interval_ms, Path(tmp),
+                                  [*admin_header_args(protocol, admin_key), *(extra or [])])
                     if row:
                         rows.append(row)
                         log.info("%s b=%d c=%d: %.0f img/s p50 %.2f ms [%s]", protocol, batch, c, row.images_per_s,
@@ -155,12 +179,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--measurement-interval", type=int, default=4000, help="ms per measurement window")
     parser.add_argument("--out", type=Path, default=Path("perf-results"))
     parser.add_argument("--perf-analyzer", default=shutil.which("perf_analyzer") or "perf_analyzer")
+    parser.add_argument("--admin-key-file", type=Path,
+                        help="file with the server's admin key (default: $TRITONPREP_ADMIN_KEY; none: open APIs)")
     args, extra = parser.parse_known_args(argv)
+    admin_key = args.admin_key_file.read_text().strip() if args.admin_key_file else os.environ.get("TRITONPREP_ADMIN_KEY")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     rows = sweep(args.model, {"grpc": args.grpc_url, "http": args.http_url}, load_images(args.images, args.count),
                  args.protocol.split(","), [int(b) for b in args.batch.split(",")],
                  [int(c) for c in args.concurrency.split(",")], args.measurement_interval, args.out,
-                 args.perf_analyzer, extra)
+                 args.perf_analyzer, extra, admin_key)
     print_table(rows)
     return 0 if rows else 1
 

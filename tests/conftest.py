@@ -8,7 +8,6 @@ real HTTP and gRPC. On failure its log's tail is printed.
 from __future__ import annotations
 
 import io
-import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,15 +31,9 @@ def encode(arr: np.ndarray, fmt: str = "JPEG", **kw: object) -> bytes:
 def photos() -> dict[str, np.ndarray]:
     """Real photos as RGB arrays: a cat, an espresso, an astronaut, a rocket (scikit-image's
     samples, or the same photos as PNGs in $TRITONPREP_PHOTOS where scikit-image is absent)."""
-    names = ("chelsea", "coffee", "astronaut", "rocket")
-    try:
-        from skimage import data
-    except ImportError:
-        folder = os.environ.get("TRITONPREP_PHOTOS")
-        if not folder:
-            raise
-        return {n: np.asarray(Image.open(Path(folder) / f"{n}.png").convert("RGB")) for n in names}
-    return {n: getattr(data, n)() for n in names}
+    from tests.corpus import full_photos
+
+    return full_photos()
 
 
 @pytest.fixture(scope="session")

@@ -47,5 +47,13 @@ class LimitExceeded(ImageError):
     reason = "limit"
 
 
+class InstanceFailed(PreprocessError):
+    """A model instance hit an unrecoverable error (e.g. a CUDA illegal address) and must be restarted.
+
+    Raised by an executor; the Triton glue answers every request of the call with an error
+    and takes the instance out of service (:func:`tritonprep.triton_glue.fail_instance`).
+    """
+
+
 class ServerError(PreprocessError):
     """The embedded Triton server could not be started, or stopped unexpectedly."""

@@ -23,12 +23,18 @@ from .decode import check_dimensions, check_encoded
 from .decode.cpu import decode_pil
 from .decode.gpu import DecodedImage, GpuDecoder
 from .decode.jpeg import parse_jpeg
-from .errors import ImageError, RuntimeUnavailable
+from .errors import ImageError, InstanceFailed, RuntimeUnavailable
 from .executor import NP_DTYPES, BatchResult
 from .geometry import plan_resize
 from .spec import PreprocessSpec
 
 log = logging.getLogger(__name__)
+
+#: CUDA errors after which the context is unusable for the life of the process (the same
+#: numbers for the runtime and the driver API): illegal address, launch timeout, context
+#: destroyed, device assert, hardware stack error, illegal instruction, misaligned address,
+#: invalid address space, invalid PC, launch failure, unknown
+STICKY_CUDA_ERRORS = frozenset({700, 702, 709, 710, 714, 715, 716, 717, 718, 719, 999})
 
 
 def _import_cupy() -> Any:
@@ -108,6 +114,7 @@ class GpuExecutor:
         try:
             return self.decoder.decode(data)
         except (RuntimeError, ValueError) as e:
+            self.check_context()  # a poisoned context is not the images' fault: fail the instance
             if len(data) == 1:
                 log.warning("nvImageCodec failed on an image (%s); falling back to Pillow for it", e)
                 return [None]
@@ -135,7 +142,30 @@ class GpuExecutor:
 
     # ------------------------------------------------------------------ API
     def run(self, images: Sequence[bytes]) -> BatchResult:
-        """Preprocess ``images`` into one GPU batch; bad images are reported, never raised."""
+        """Preprocess ``images`` into one GPU batch; bad images are reported, never raised.
+
+        Raises :class:`~tritonprep.errors.InstanceFailed` after a sticky CUDA error (the
+        context is poisoned: every later call would fail too), so that the instance is taken
+        out of service and restarted instead of failing every request silently.
+        """
+        cp = self.cp
+        try:
+            return self._run(images)
+        except (cp.cuda.runtime.CUDARuntimeError, cp.cuda.driver.CUDADriverError) as e:
+            if getattr(e, "status", None) in STICKY_CUDA_ERRORS:
+                raise InstanceFailed(f"CUDA error on GPU {self.device.id}: {e}; this process's CUDA context "
+                                     "is unusable") from None
+            raise
+
+    def check_context(self) -> None:
+        """Raise CuPy's CUDA error if this process's context holds a sticky error."""
+        self.stream.synchronize()
+
+    def inject_illegal_address(self) -> None:
+        """Fault injection only: poison the CUDA context (see tritonprep.faults)."""
+        self._ops.launch_illegal_write(self.stream)
+
+    def _run(self, images: Sequence[bytes]) -> BatchResult:
         t0 = time.perf_counter()
         cp, spec, n = self.cp, self.spec, len(images)
         errors: dict[int, ImageError] = {}

@@ -7,6 +7,12 @@ repository's ``model_repository/`` bound to localhost, waits until every model i
 and stops it cleanly (SIGINT, Triton's exit timeout, then SIGKILL). The child dies with its
 parent (``PR_SET_PDEATHSIG``), so a crashed launcher leaves no orphan server.
 
+Secure defaults: localhost only, model control off, and the repository, model-config,
+shared-memory, statistics, trace and logging APIs restricted (HTTP and gRPC) to clients
+that send the admin header (``triton-admin-key``; its value is random per start unless
+given). gRPC TLS is an option. ``tritonprep serve`` also supervises the server
+(:mod:`tritonprep.supervise`) and restarts it when a model stops serving.
+
 Command line: ``tritonprep serve --help``.
 """
 
@@ -17,6 +23,7 @@ import ctypes
 import importlib.util
 import logging
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -38,6 +45,12 @@ _SOURCE_REPOSITORY = Path(__file__).resolve().parents[2] / "model_repository"
 #: the checkout's model_repository/ for a source install, else ./model_repository
 DEFAULT_REPOSITORY = _SOURCE_REPOSITORY if _SOURCE_REPOSITORY.is_dir() else Path("model_repository")
 _PR_SET_PDEATHSIG = 1
+#: APIs that only clients with the admin header may use (Triton's --http-restricted-api names)
+RESTRICTED_APIS = ("model-repository", "model-config", "shared-memory", "statistics", "trace", "logging")
+ADMIN_HEADER = "triton-admin-key"
+ADMIN_KEY_ENV = "TRITONPREP_ADMIN_KEY"
+#: Triton checks a restricted gRPC protocol's header under this prefix
+GRPC_HEADER_PREFIX = "triton-grpc-protocol-"
 
 
 @dataclass(frozen=True)
@@ -56,6 +69,31 @@ class ServerOptions:
     pinned_memory_pool_mb: int = 256
     exit_timeout_s: int = 30
     extra_args: tuple[str, ...] = field(default_factory=tuple)
+    #: extra environment variables of tritonserver and its stubs
+    env: tuple[tuple[str, str], ...] = ()
+    #: APIs that need the admin header; () leaves every API open
+    restricted_apis: tuple[str, ...] = RESTRICTED_APIS
+    admin_header: str = ADMIN_HEADER
+    #: the admin header's value; None: a random one per EmbeddedServer (the APIs are then closed to others)
+    admin_key: str | None = None
+    #: gRPC over TLS: PEM server certificate and key; with a root certificate, mutual TLS
+    grpc_tls_cert: Path | None = None
+    grpc_tls_key: Path | None = None
+    grpc_tls_root_cert: Path | None = None
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.restricted_apis) - set(RESTRICTED_APIS) - {"health", "metadata", "inference"})
+        if unknown:
+            raise ServerError(f"unknown API(s) to restrict {unknown}; known: {', '.join(RESTRICTED_APIS)}, "
+                              "health, metadata, inference")
+        if (self.grpc_tls_cert is None) != (self.grpc_tls_key is None):
+            raise ServerError("gRPC TLS needs both a certificate and a key (--grpc-tls-cert and --grpc-tls-key)")
+        if self.grpc_tls_root_cert is not None and self.grpc_tls_cert is None:
+            raise ServerError("mutual gRPC TLS (--grpc-tls-root-cert) needs --grpc-tls-cert and --grpc-tls-key")
+        for name in ("admin_header", "admin_key"):
+            value = getattr(self, name)
+            if value is not None and (not value or any(c in value for c in ",:= \t\r\n")):
+                raise ServerError(f"{name} must be non-empty without spaces, ',', ':' or '=' (Triton's flag syntax)")
 
     @property
     def http_url(self) -> str:
@@ -138,6 +176,17 @@ class EmbeddedServer:
         self.process: subprocess.Popen[bytes] | None = None
         self._workdir: Path | None = None
         self._log_file = None
+        self.admin_key = options.admin_key or secrets.token_urlsafe(24)
+
+    @property
+    def admin_headers(self) -> dict[str, str]:
+        """The HTTP header that opens the restricted APIs (statistics, model config, ...)."""
+        return {self.options.admin_header: self.admin_key}
+
+    @property
+    def grpc_admin_headers(self) -> dict[str, str]:
+        """The same for gRPC: Triton expects the header name prefixed with ``triton-grpc-protocol-``."""
+        return {GRPC_HEADER_PREFIX + self.options.admin_header: self.admin_key}
 
     # ------------------------------------------------------------------ lifecycle
     def command(self, backend_dir: Path) -> list[str]:
@@ -161,6 +210,15 @@ class EmbeddedServer:
             cmd += ["--cuda-memory-pool-byte-size", f"{gpu}:{o.cuda_memory_pool_mb << 20}"]
         if o.model_config_name:
             cmd += ["--model-config-name", o.model_config_name]
+        if o.restricted_apis:
+            restriction = f"{','.join(o.restricted_apis)}:{o.admin_header}={self.admin_key}"
+            cmd += [f"--http-restricted-api={restriction}", f"--grpc-restricted-protocol={restriction}"]
+        if o.grpc_tls_cert is not None and o.grpc_tls_key is not None:
+            cmd += ["--grpc-server-cert", str(o.grpc_tls_cert), "--grpc-server-key", str(o.grpc_tls_key)]
+            if o.grpc_tls_root_cert is not None:
+                cmd += ["--grpc-use-ssl-mutual", "true", "--grpc-root-cert", str(o.grpc_tls_root_cert)]
+            else:
+                cmd += ["--grpc-use-ssl", "true"]
         return cmd + list(o.extra_args)
 
     def environment(self, install: TritonInstall) -> dict[str, str]:
@@ -169,6 +227,8 @@ class EmbeddedServer:
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
         libs = [str(install.libs)] + ([env["LD_LIBRARY_PATH"]] if env.get("LD_LIBRARY_PATH") else [])
         env["LD_LIBRARY_PATH"] = os.pathsep.join(libs)
+        env.update(dict(self.options.env))
+        env.pop(ADMIN_KEY_ENV, None)  # the stubs have no use for the admin key
         return env
 
     def start(self) -> None:
@@ -191,9 +251,10 @@ class EmbeddedServer:
             start_new_session=True, preexec_fn=_die_with_parent,
         )
 
-    def _get(self, path: str, timeout: float = 2.0) -> tuple[int, bytes]:
+    def _get(self, path: str, timeout: float = 2.0, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+        request = urllib.request.Request(self.options.http_url + path, headers=headers or {})
         try:
-            with urllib.request.urlopen(self.options.http_url + path, timeout=timeout) as r:  # noqa: S310 - localhost
+            with urllib.request.urlopen(request, timeout=timeout) as r:  # noqa: S310 - localhost
                 return r.status, r.read()
         except urllib.error.HTTPError as e:
             return e.code, e.read()
@@ -205,10 +266,12 @@ class EmbeddedServer:
         except (urllib.error.URLError, OSError):
             return False
 
-    def wait_ready(self, timeout_s: float = 300.0) -> None:
-        """Block until ready; raise :class:`ServerError` with the log's tail if it dies or times out."""
+    def wait_ready(self, timeout_s: float = 300.0, cancel: threading.Event | None = None) -> None:
+        """Block until ready; raise :class:`ServerError` with the log's tail if it dies, times out or is cancelled."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
+            if cancel is not None and cancel.is_set():
+                raise ServerError("cancelled while waiting for tritonserver to be ready")
             if self.process is None or self.process.poll() is not None:
                 code = None if self.process is None else self.process.returncode
                 raise ServerError(f"tritonserver exited with code {code} while starting{self._log_tail()}")
@@ -228,14 +291,57 @@ class EmbeddedServer:
                 states[name] = False
         return states
 
-    def stop(self) -> int | None:
-        """Stop tritonserver (SIGINT, wait for Triton's exit timeout, then SIGKILL); return its exit code."""
+    def metrics_text(self, timeout: float = 2.0) -> str:
+        """Triton's Prometheus metrics (the metrics endpoint is not a restricted API)."""
+        url = f"http://{self.options.host}:{self.options.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 - localhost
+            return r.read().decode()
+
+    def drain(self, timeout_s: float, quiet_s: float = 2.0) -> bool:
+        """Wait until no request is queued or executing anywhere, for at most ``timeout_s``.
+
+        Triton 2.51's own drain (on SIGINT) finishes what is queued or executing in each
+        model but refuses the *next step* of an in-flight ensemble request ("Server is
+        stopping"), so a ``classify`` request inside preprocess at shutdown would fail.
+        Waiting first for quiescence lets those requests finish: quiet means every model's
+        queue is empty (``nv_inference_pending_request_count``), the preprocess instances
+        execute nothing (``tritonprep_executing_requests``) and no model's request or
+        execution counters moved for ``quiet_s`` (which covers a classifier batch in
+        flight). Returns False on timeout (traffic that never stops).
+        """
+        deadline = time.monotonic() + timeout_s
+        last: tuple[float, ...] | None = None
+        quiet_since = time.monotonic()
+        while time.monotonic() < deadline:
+            try:
+                text = self.metrics_text()
+            except (urllib.error.URLError, OSError):
+                return False
+            busy, counters = 0.0, []
+            for line in text.splitlines():
+                name, _, value = line.rpartition(" ")
+                if name.startswith(("nv_inference_pending_request_count", "tritonprep_executing_requests")):
+                    busy += float(value)
+                elif name.startswith(("nv_inference_request_success", "nv_inference_request_failure",
+                                      "nv_inference_exec_count")):
+                    counters.append(float(value))
+            now = time.monotonic()
+            if busy or tuple(counters) != last:
+                quiet_since, last = now, tuple(counters)
+            elif now - quiet_since >= quiet_s:
+                return True
+            time.sleep(0.1)
+        return False
+
+    def stop(self, timeout_s: float | None = None) -> int | None:
+        """Stop tritonserver (SIGINT, wait ``timeout_s``, by default Triton's exit timeout + 10 s, then
+        SIGKILL); return its exit code."""
         code = None
         if self.process is not None:
             if self.process.poll() is None:
                 self.process.send_signal(signal.SIGINT)
                 try:
-                    self.process.wait(timeout=self.options.exit_timeout_s + 10)
+                    self.process.wait(timeout=self.options.exit_timeout_s + 10 if timeout_s is None else timeout_s)
                 except subprocess.TimeoutExpired:
                     log.warning("tritonserver did not exit in time; killing it")
                     self.process.kill()
@@ -283,6 +389,19 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--log-verbose", type=int, default=0)
     p.add_argument("--log-file", type=Path, help="write Triton's log here instead of the terminal")
     p.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for the models")
+    p.add_argument("--exit-timeout", type=int, default=30, help="seconds in-flight requests get on shutdown")
+    sec = p.add_argument_group("security")
+    sec.add_argument("--admin-key-file", type=Path,
+                     help=f"file holding the value of the {ADMIN_HEADER} header that opens the repository, "
+                          "model-config, shared-memory, statistics, trace and logging APIs "
+                          f"(default: ${ADMIN_KEY_ENV}, else a random value per start, which closes them)")
+    sec.add_argument("--unrestricted", action="store_true", help="leave every API open (trusted networks only)")
+    sec.add_argument("--grpc-tls-cert", type=Path, help="PEM certificate: serve gRPC over TLS")
+    sec.add_argument("--grpc-tls-key", type=Path, help="PEM private key of --grpc-tls-cert")
+    sec.add_argument("--grpc-tls-root-cert", type=Path, help="PEM CA: require client certificates (mutual TLS)")
+    sup = p.add_argument_group("supervision")
+    sup.add_argument("--no-supervise", action="store_true", help="exit instead of restarting a failed server")
+    sup.add_argument("--max-restarts", type=int, default=5, help="restarts allowed within 10 minutes (default: 5)")
     p.add_argument("triton_args", nargs=argparse.REMAINDER, help="after --: extra tritonserver arguments")
     return p
 
@@ -290,15 +409,31 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 def options_from_args(args: argparse.Namespace) -> ServerOptions:
     """Turn parsed arguments into :class:`ServerOptions`."""
     extra = [a for a in args.triton_args if a != "--"]
+    if args.admin_key_file is not None:
+        try:
+            admin_key: str | None = args.admin_key_file.read_text().strip()
+        except OSError as e:
+            raise ServerError(f"cannot read --admin-key-file {args.admin_key_file}: {e.strerror}") from None
+    else:
+        admin_key = os.environ.get(ADMIN_KEY_ENV) or None
     return ServerOptions(
         model_repository=args.model_repository.resolve(), host=args.host, http_port=args.http_port,
         grpc_port=args.grpc_port, metrics_port=args.metrics_port, model_config_name=args.model_config_name,
-        log_verbose=args.log_verbose, cuda_memory_pool_mb=args.cuda_memory_pool_mb, extra_args=tuple(extra),
+        log_verbose=args.log_verbose, cuda_memory_pool_mb=args.cuda_memory_pool_mb, exit_timeout_s=args.exit_timeout,
+        extra_args=tuple(extra), restricted_apis=() if args.unrestricted else RESTRICTED_APIS, admin_key=admin_key,
+        grpc_tls_cert=args.grpc_tls_cert, grpc_tls_key=args.grpc_tls_key, grpc_tls_root_cert=args.grpc_tls_root_cert,
     )
 
 
 def serve(args: argparse.Namespace) -> int:
-    """Run the server in the foreground until SIGINT/SIGTERM; return an exit code."""
+    """Run the server in the foreground until SIGINT/SIGTERM; return an exit code.
+
+    On SIGINT/SIGTERM tritonserver gets Triton's exit timeout to finish the requests in
+    flight. While it runs, a :class:`~tritonprep.supervise.Supervisor` restarts it when a
+    model stops serving (unless ``--no-supervise``).
+    """
+    from .supervise import Supervisor
+
     options = options_from_args(args)
     server = EmbeddedServer(options, args.log_file)
     stopping = threading.Event()
@@ -310,6 +445,7 @@ def serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, on_signal)
     server.start()
+    supervisor = None
     try:
         deadline = time.monotonic() + args.ready_timeout
         while not server.is_ready():
@@ -322,17 +458,35 @@ def serve(args: argparse.Namespace) -> int:
                 raise ServerError(f"models not ready after {args.ready_timeout:.0f} s")
             time.sleep(0.25)
         states = server.model_states()
-        log.info("tritonserver ready: HTTP %s  gRPC %s  metrics http://%s:%d/metrics", options.http_url,
-                 options.grpc_url, options.host, options.metrics_port)
+        log.info("tritonserver ready: HTTP %s  gRPC %s%s  metrics http://%s:%d/metrics", options.http_url,
+                 options.grpc_url, " (TLS)" if options.grpc_tls_cert else "", options.host, options.metrics_port)
         log.info("models ready: %s", ", ".join(n for n, ok in states.items() if ok) or "none")
+        if options.restricted_apis:
+            source = ("--admin-key-file" if args.admin_key_file else f"${ADMIN_KEY_ENV}") if options.admin_key else \
+                "a random value (set --admin-key-file or $" + ADMIN_KEY_ENV + " to use them)"
+            log.info("restricted APIs (%s) need the header %s: %s", ",".join(options.restricted_apis),
+                     options.admin_header, source)
         log.info("try: .venv/bin/tritonprep classify photo.jpg --url %s", options.grpc_url)
+        if not args.no_supervise:
+            supervisor = Supervisor(server, max_restarts=args.max_restarts, ready_timeout_s=args.ready_timeout)
+            supervisor.start()
         while not stopping.is_set():
-            if server.process is not None and server.process.poll() is not None:
+            if supervisor is not None and supervisor.gave_up.is_set():
+                log.error("tritonserver keeps failing; giving up")
+                return 1
+            if supervisor is None and server.process is not None and server.process.poll() is not None:
                 log.error("tritonserver exited unexpectedly with code %s", server.process.returncode)
                 return 1
             stopping.wait(0.5)
         return 0
     finally:
+        if supervisor is not None:
+            supervisor.stop()
+        if stopping.is_set() and server.process is not None and server.process.poll() is None:
+            t0 = time.monotonic()
+            drained = server.drain(options.exit_timeout_s)
+            log.info("requests in flight %s after %.1f s", "finished" if drained else "still running",
+                     time.monotonic() - t0)
         code = server.stop()
         log.info("tritonserver stopped (exit code %s)", code)
 

@@ -60,6 +60,9 @@ def make_repo(dest: Path, *, executor: str, instances: int, queue_delay_us: int 
     text = cfg.read_text()
     text = re.sub(r"instance_group \[.*\]", f"instance_group [ {{ count: {instances}, kind: {kind} }} ]", text)
     text = re.sub(r"max_queue_delay_microseconds: \d+", f"max_queue_delay_microseconds: {queue_delay_us}", text)
+    # capacity, not overload protection, is measured here: the sweep's highest concurrency must
+    # not meet the deployed queue bound (64 requests), which would reject requests
+    text = re.sub(r"max_queue_size: \d+", "max_queue_size: 4096", text)
     text = text.replace('key: "executor" value: { string_value: "auto" }', f'key: "executor" value: {{ string_value: "{executor}" }}')
     if cpu_threads:
         text += f'parameters {{ key: "cpu_threads" value: {{ string_value: "{cpu_threads}" }} }}\n'
@@ -74,6 +77,8 @@ def make_repo(dest: Path, *, executor: str, instances: int, queue_delay_us: int 
     if with_classify:
         for model in ("classifier", "postprocess", "classify"):
             shutil.copytree(REPO / "model_repository" / model, dest / model, ignore=shutil.ignore_patterns("ort-trt-cache"))
+            model_cfg = dest / model / "config.pbtxt"
+            model_cfg.write_text(re.sub(r"max_queue_size: \d+", "max_queue_size: 4096", model_cfg.read_text()))
     return dest
 
 
@@ -264,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     def triton_sweep(label: str, server, model: str, size: str, protocols: list[str], batches: list[int], conc: list[int],
                      interval: int | None = None, kind: str = "triton") -> list[dict]:
         res = perf_sweep.sweep(model, urls(server), sets[size], protocols, batches, conc, interval or plan["interval"],
-                               out / "perf")
+                               out / "perf", admin_key=server.admin_key)
         new = [{"kind": kind, "config": label, "size": size, **asdict(r)} for r in res]
         rows.extend(new)
         return new

@@ -3,7 +3,9 @@
 # (numpy 1.26 + CuPy 13.6 + nvImageCodec + the pytriton server + perf_analyzer + DALI):
 #   1. the GPU test suite (tests/gpu: kernels, decoder, executor, the real server on the GPU)
 #      and the e2e suite against the GPU-backed server;
-#   2. the benchmark harness (scripts/bench/harness.py, PLAN=quick|full, HARNESS_ARGS=...).
+#   2. with SOAK_REQUESTS=N: the hostile-traffic soak (scripts/soak.py) against the GPU server,
+#      with OVERLOAD=1 also scripts/overload.py (10x overload), figures as JSON in $OUT;
+#   3. the benchmark harness (scripts/bench/harness.py, PLAN=quick|full, HARNESS_ARGS=...).
 # Run after the last batch's take.sh, from the repository root; results go to $OUT.
 # Wheels (staged here with ../shared/device/stage-wheels, one device call per batch):
 #   'nvidia-pytriton==0.7.0' 'cupy-cuda13x==13.6.0' fastrlock 'numpy==1.26.4' 'nvidia-nvimgcodec-cu13==0.9.0.20'
@@ -26,6 +28,14 @@ python3 -c "import numpy, cupy, PIL; print('numpy', numpy.__version__, 'cupy', c
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   timeout ${TEST_TIMEOUT:-240} python3 -m pytest tests/gpu tests/e2e/test_classify.py -q -p no:cacheprovider --timeout 200 -rs \
     > "$OUT/pytest-gpu.txt" 2>&1; echo "pytest rc=$?"; tail -6 "$OUT/pytest-gpu.txt"
+fi
+if [ "${SOAK_REQUESTS:-0}" -gt 0 ]; then
+  timeout ${SOAK_TIMEOUT:-300} python3 -m scripts.soak --requests "$SOAK_REQUESTS" --clients ${SOAK_CLIENTS:-8} \
+    --progress 30 --max-seconds $(( ${SOAK_TIMEOUT:-300} - 45 )) --json "$OUT/soak-gpu.json" > "$OUT/soak-gpu.txt" 2>&1; echo "soak rc=$?"; tail -30 "$OUT/soak-gpu.txt"
+fi
+if [ "${OVERLOAD:-0}" = 1 ]; then
+  timeout ${OVERLOAD_TIMEOUT:-150} python3 -m scripts.overload --model preprocess --json "$OUT/overload-gpu.json" \
+    > "$OUT/overload-gpu.txt" 2>&1; echo "overload rc=$?"; tail -25 "$OUT/overload-gpu.txt"
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   # at most 8 files come back from $OUT: work in /tmp, copy the results, pack the server logs

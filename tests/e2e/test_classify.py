@@ -36,7 +36,10 @@ def reference_pixels(data: bytes) -> np.ndarray:
 
 
 def stats(server: object, model: str) -> dict:
-    with urllib.request.urlopen(f"{server.options.http_url}/v2/models/{model}/stats") as r:  # type: ignore[attr-defined]
+    """Triton's statistics of ``model`` (a restricted API: needs the admin header)."""
+    url = f"{server.options.http_url}/v2/models/{model}/stats"  # type: ignore[attr-defined]
+    request = urllib.request.Request(url, headers=server.admin_headers)  # type: ignore[attr-defined]
+    with urllib.request.urlopen(request) as r:
         return json.loads(r.read())["model_stats"][0]
 
 

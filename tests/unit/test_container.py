@@ -32,6 +32,7 @@ from dockerfile_parse import DockerfileParser
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
+from tritonprep.server import ADMIN_HEADER, GRPC_HEADER_PREFIX, RESTRICTED_APIS
 from tritonprep.trt_engine import INSTALL_HINT, BuildOptions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -196,9 +197,9 @@ def test_triton_command_is_locked_down_and_serves_both_repositories(triton):
     assert "--disable-auto-complete-config" in cmd
     for restricted in ("http-restricted-api", "grpc-restricted-protocol"):
         apis, secret = f[restricted][0].split(":", 1)
-        assert set(apis.split(",")) >= {"shared-memory", "model-repository", "trace", "logging"}
-        assert "inference" not in apis and "health" not in apis and "metadata" not in apis
-        assert secret == "tritonprep-admin-key=test-key"
+        # the embedded launcher's restricted set and header, mirrored
+        assert tuple(apis.split(",")) == RESTRICTED_APIS
+        assert secret == f"{ADMIN_HEADER}=test-key"
 
 
 def test_cuda_memory_pool_holds_the_largest_preprocess_batch(triton, tmp_path):
@@ -271,6 +272,8 @@ def test_perf_profile_benchmarks_the_ensemble_with_the_matching_sdk_image(compos
     f = flags(cmd)
     assert f["input-data"] == ["/perf/input.json"] and f["concurrency-range"] == ["1:16:3"]
     assert f["metrics-url"] == ["triton:8002/metrics"]
+    # the admin header that opens the restricted config/statistics APIs perf_analyzer reads (gRPC form)
+    assert cmd[cmd.index("-H") + 1] == f"{GRPC_HEADER_PREFIX}{ADMIN_HEADER}:test-key"
 
 
 def test_image_tags_agree_everywhere(compose):

@@ -64,7 +64,7 @@ def test_a_jpeg_missing_only_its_end_marker_is_rejected(jpegs):
         (b"", DecodeError, "empty input"),
         (b"\x00" * 64, DecodeError, "unknown file signature"),
         (b"\xff\xd8\xff\xd9", DecodeError, "no frame"),
-        (b"\x89PNG\r\n\x1a\n" + b"\x00" * 30, DecodeError, "not a valid PNG"),
+        (b"\x89PNG\r\n\x1a\n" + b"\x00" * 30, DecodeError, "corrupt PNG"),
     ],
 )
 def test_malformed_inputs_raise_decode_errors(data, error, needle):

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from ..errors import DecodeError, LimitExceeded, UnsupportedFormat
 from ..spec import Limits
+from .headers import header_size
+from .jpeg import parse_jpeg
 
 _MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"\xff\xd8\xff", "JPEG"),
@@ -45,6 +47,23 @@ def check_encoded(data: bytes, limits: Limits) -> str:
         raise DecodeError(f"not a supported image: unknown file signature ({head}); send JPEG, PNG, WebP, BMP, GIF or TIFF")
     if fmt not in limits.allowed_formats:
         raise UnsupportedFormat(f"image format {fmt} is not allowed here (allowed_formats: {','.join(limits.allowed_formats)})")
+    return fmt
+
+
+def validate(data: bytes, limits: Limits) -> str:
+    """Check everything that can be checked without decoding; return the format name.
+
+    Size, signature and allowed format; for JPEG the marker structure (end marker, scan
+    count); for every format the picture size announced by the header against
+    ``max_pixels``, and the end of the file where the format marks it. Both executors call
+    this before their decoder sees the bytes.
+    """
+    fmt = check_encoded(data, limits)
+    if fmt == "JPEG":
+        header = parse_jpeg(data, limits.max_progressive_scans)
+        check_dimensions(header.width, header.height, limits)
+    else:
+        check_dimensions(*header_size(data, fmt), limits)
     return fmt
 
 

@@ -55,6 +55,8 @@ def parse_jpeg(data: bytes, max_scans: int) -> JpegHeader:
         if length < 2 or pos + length > n:
             raise DecodeError(f"truncated or corrupt JPEG: segment 0xFF{marker:02X} at byte {pos - 2} has length {length}")
         if marker in _SOF:
+            if frame is not None:
+                raise DecodeError(f"corrupt JPEG: a second frame header (0xFF{marker:02X}) at byte {pos - 2}")
             if length < 8:
                 raise DecodeError("corrupt JPEG: frame header too short")
             height = int.from_bytes(data[pos + 3 : pos + 5], "big")

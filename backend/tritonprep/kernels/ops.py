@@ -76,3 +76,10 @@ def launch_resize_normalize(spec: PreprocessSpec, ptrs: np.ndarray, meta: np.nda
             (d_ptrs, d_meta, out, np.int32(spec.output_height), np.int32(spec.output_width),
              f32(s0), f32(s1), f32(s2), f32(b0), f32(b1), f32(b2), f32(spec.pad_value)),
         )
+
+
+def launch_illegal_write(stream: cupy.cuda.Stream) -> None:
+    """Fault injection only: poison this process's CUDA context with an illegal-address error."""
+    kernel = cupy.RawModule(code=_source("fault.cu")).get_function("tritonprep_illegal_write")
+    with stream:
+        kernel((1,), (1,), (np.uint64(0x10),))

@@ -1,0 +1,171 @@
+"""Shared pieces of the fault, overload and soak scripts (run them as ``python -m scripts.<name>``).
+
+A server on free localhost ports (optionally supervised), images from the hostile-input
+corpus, a gRPC request that returns a classified outcome instead of raising, and the
+resident memory of the server and each of its stubs from /proc. Traffic goes to 127.0.0.1
+only, and every loop is bounded in count and time.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tritonprep.server import EmbeddedServer, ServerOptions
+from tritonprep.supervise import Supervisor, rss_bytes, stub_processes
+
+REPO = Path(__file__).resolve().parent.parent
+MODEL_REPOSITORY = REPO / "model_repository"
+log = logging.getLogger("loadgen")
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` free TCP ports on 127.0.0.1."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+@contextmanager
+def running_server(log_path: Path, *, supervise: bool = False, env: dict[str, str] | None = None,
+                   repository: Path = MODEL_REPOSITORY, exit_timeout_s: int = 30,
+                   **supervisor_kw: object) -> Iterator[tuple[EmbeddedServer, Supervisor | None]]:
+    """A ready embedded server on free ports (and its supervisor), stopped on exit."""
+    http, grpc, metrics = free_ports(3)
+    options = ServerOptions(repository, http_port=http, grpc_port=grpc, metrics_port=metrics,
+                            env=tuple((env or {}).items()), exit_timeout_s=exit_timeout_s)
+    server = EmbeddedServer(options, log_path)
+    supervisor = None
+    with server:
+        if supervise:
+            supervisor = Supervisor(server, **supervisor_kw)  # type: ignore[arg-type]
+            supervisor.start()
+        try:
+            yield server, supervisor
+        finally:
+            if supervisor is not None:
+                supervisor.stop()
+
+
+def images() -> dict[str, list[bytes]]:
+    """Good images (real photos in every format) and bad ones (each rejected by a limit or the decoder)."""
+    from tests.corpus import build
+
+    items = build()
+    good = [it.data for it in items if it.expect == "ok" and len(it.data) < 2_000_000
+            and it.group in ("valid", "orientation", "exif-broken")]
+    bad = [it.data for it in items if it.expect == "error" and len(it.data) < 2_000_000]
+    return {"good": good, "bad": bad}
+
+
+# ---------------------------------------------------------------------- requests
+@dataclass(frozen=True)
+class Outcome:
+    """What one request got."""
+
+    kind: str  # what was sent (caller's label)
+    start: float  # time.monotonic()
+    end: float
+    category: str  # see categorize()
+    message: str = ""
+
+    @property
+    def latency(self) -> float:
+        """Seconds from send to answer."""
+        return self.end - self.start
+
+
+def categorize(status: str, message: str) -> str:
+    """A short name for a Triton/gRPC error (the categories the scripts count)."""
+    m = message.lower()
+    if "deadline" in m or "DEADLINE_EXCEEDED" in status:
+        return "client-deadline"
+    if "exceeds maximum queue size" in m:
+        return "queue-full"
+    if "timeout expired" in m:
+        return "queue-timeout"
+    if "stub process" in m and "not healthy" in m:
+        return "stub-dead"
+    if "out of service" in m:
+        return "instance-failed"
+    if "INVALID_ARG" in status or "image" in m and ("cannot" in m or "limit" in m or "corrupt" in m
+                                                    or "truncated" in m or "signature" in m or "not allowed" in m
+                                                    or "empty" in m or "header" in m):
+        return "rejected-input"
+    if "UNAVAILABLE" in status or "connect" in m or "socket closed" in m or "not ready" in m or "unknown model" in m:
+        return "server-unavailable"
+    return "other"
+
+
+class GrpcSender:
+    """One gRPC client (thread-safe channel) that turns every call into an :class:`Outcome`."""
+
+    def __init__(self, url: str) -> None:
+        import tritonclient.grpc as grpcclient
+
+        self.m = grpcclient
+        # reconnect quickly after a server restart (gRPC's default backoff grows to 2 minutes),
+        # and keep tritonclient's unlimited message sizes, which passing channel_args replaces
+        args = [("grpc.max_send_message_length", 2**31 - 1), ("grpc.max_receive_message_length", 2**31 - 1),
+                ("grpc.initial_reconnect_backoff_ms", 200), ("grpc.min_reconnect_backoff_ms", 200),
+                ("grpc.max_reconnect_backoff_ms", 500)]
+        self.client = grpcclient.InferenceServerClient(url, channel_args=args)
+
+    def send(self, model: str, batch: list[bytes], kind: str, timeout_s: float) -> Outcome:
+        """Send ``batch`` as one request to ``model``; never raises for a server-side failure."""
+        from tritonclient.utils import InferenceServerException
+
+        arr = np.empty((len(batch), 1), dtype=np.object_)
+        for i, data in enumerate(batch):
+            arr[i, 0] = data
+        inp = self.m.InferInput("IMAGE", list(arr.shape), "BYTES")
+        inp.set_data_from_numpy(arr)
+        start = time.monotonic()
+        try:
+            self.client.infer(model, [inp], client_timeout=timeout_s)
+        except InferenceServerException as e:
+            status, message = str(e.status() or ""), str(e.message() or e)
+            return Outcome(kind, start, time.monotonic(), categorize(status, message), f"{status} {message}"[:300])
+        return Outcome(kind, start, time.monotonic(), "ok")
+
+    def close(self) -> None:
+        """Close the channel."""
+        self.client.close()
+
+
+def run_threads(n: int, target: object, *args: object) -> list[threading.Thread]:
+    """Start ``n`` daemon threads running ``target(i, *args)``."""
+    threads = [threading.Thread(target=target, args=(i, *args), daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    return threads
+
+
+# ---------------------------------------------------------------------- figures
+def memory(server: EmbeddedServer) -> dict[str, int]:
+    """Resident memory (bytes) of tritonserver and of each stub, by model, from /proc."""
+    proc = server.process
+    if proc is None:
+        return {}
+    out = {"tritonserver": rss_bytes(proc.pid) or 0}
+    for stub in stub_processes(proc.pid):
+        out[f"stub:{stub.model}"] = out.get(f"stub:{stub.model}", 0) + (rss_bytes(stub.pid) or 0)
+    return out
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q``-th percentile (0..100) of ``values`` (nan when empty)."""
+    return float(np.percentile(values, q)) if values else float("nan")

@@ -1,0 +1,182 @@
+"""Overload: measure capacity, then offer ``--factor`` times that rate, and report.
+
+    python -m scripts.overload                     # 10x overload of `classify` for 10 s
+    python -m scripts.overload --model preprocess --factor 10 --seconds 20
+
+First ``--clients`` closed-loop threads measure the sustainable rate. Then requests are
+sent open-loop (asynchronously, at a fixed rate, regardless of answers) at ``--factor``
+times that rate for ``--seconds``, in ``--rounds`` rounds. Reported per round: how many
+were served and how many rejected
+(by reason), how fast rejections came back (p50/p99), latency of the served ones, requests
+that got no answer before the client deadline (must be 0), and the resident memory of
+tritonserver and its stubs at peak and after (it must level off from one round to the
+next: bounded, not growing with the duration). ``--json FILE`` writes the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from scripts.loadgen import GrpcSender, Outcome, categorize, images, memory, percentile, run_threads, running_server
+
+
+def capacity(url: str, model: str, photo: bytes, clients: int, seconds: float) -> tuple[float, float]:
+    """Closed-loop rate (requests/s) and median latency with ``clients`` threads."""
+    done: list[Outcome] = []
+    stop = threading.Event()
+
+    def client(i: int) -> None:
+        sender = GrpcSender(url)
+        while not stop.is_set():
+            done.append(sender.send(model, [photo], "good", 30))
+        sender.close()
+
+    threads = run_threads(clients, client)
+    time.sleep(1.0)  # warm-up
+    n0, t0 = len(done), time.monotonic()
+    time.sleep(seconds)
+    n1, t1 = len(done), time.monotonic()
+    stop.set()
+    for t in threads:
+        t.join(35)
+    ok = [o.latency for o in done[n0:n1] if o.category == "ok"]
+    return (n1 - n0) / (t1 - t0), percentile(ok, 50)
+
+
+def open_loop(url: str, model: str, photo: bytes, rate: float, seconds: float, timeout_s: float,
+              server: Any) -> tuple[list[Outcome], int]:
+    """Send at ``rate`` per second for ``seconds`` without waiting for answers; return the outcomes
+    and the peak resident memory seen meanwhile."""
+    from tritonclient.utils import InferenceServerException
+
+    sender = GrpcSender(url)
+    arr = np.empty((1, 1), dtype=np.object_)
+    arr[0, 0] = photo
+    inp = sender.m.InferInput("IMAGE", [1, 1], "BYTES")
+    inp.set_data_from_numpy(arr)
+    outcomes: list[Outcome] = []
+    lock = threading.Lock()
+    total = int(rate * seconds)
+    answered = threading.Semaphore(0)
+
+    def callback(start: float, result: Any = None, error: InferenceServerException | None = None) -> None:
+        end = time.monotonic()
+        if error is None:
+            o = Outcome("good", start, end, "ok")
+        else:
+            status, message = str(error.status() or ""), str(error.message() or error)
+            o = Outcome("good", start, end, categorize(status, message), f"{status} {message}"[:200])
+        with lock:
+            outcomes.append(o)
+        answered.release()
+
+    peak = sum(memory(server).values())
+    t0 = time.monotonic()
+    for i in range(total):
+        due = t0 + i / rate
+        now = time.monotonic()
+        if due > now:
+            time.sleep(due - now)
+        start = time.monotonic()
+        sender.client.async_infer(model, [inp], callback=functools.partial(callback, start), client_timeout=timeout_s)
+        if i % max(1, int(rate / 4)) == 0:
+            peak = max(peak, sum(memory(server).values()))
+    deadline = time.monotonic() + timeout_s + 10
+    for _ in range(total):
+        if not answered.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            break
+        if len(outcomes) % 50 == 0:
+            peak = max(peak, sum(memory(server).values()))
+    sender.close()
+    return outcomes, peak
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Measure capacity, then ``args.rounds`` rounds of overload; return the figures."""
+    photo = images()["good"][0]
+    rounds = []
+    with tempfile.TemporaryDirectory(prefix="tritonprep-overload-") as tmp, \
+            running_server(Path(tmp) / "tritonserver.log") as (server, _):
+        url = server.options.grpc_url
+        mem_before = memory(server)
+        rate, p50 = capacity(url, args.model, photo, args.clients, args.capacity_seconds)
+        offered = rate * args.factor
+        for _ in range(args.rounds):
+            t0 = time.monotonic()
+            outcomes, peak = open_loop(url, args.model, photo, offered, args.seconds, args.timeout, server)
+            elapsed = time.monotonic() - t0
+            time.sleep(1.0)
+            rounds.append((outcomes, peak, elapsed, memory(server)))
+        ready = server.is_ready()
+        after = GrpcSender(url).send(args.model, [photo], "good", 30).category
+    mb = 1 << 20
+    sent = int(offered * args.seconds)
+    figures: dict[str, Any] = {
+        "model": args.model,
+        "capacity_req_per_s": round(rate, 1),
+        "capacity_latency_p50_s": round(p50, 3),
+        "offered_req_per_s": round(offered, 1),
+        "rss_before_mb": round(sum(mem_before.values()) / mb, 1),
+        "rounds": [],
+    }
+    for outcomes, peak, elapsed, mem_after in rounds:
+        rejected = [o.latency for o in outcomes if o.category in ("queue-full", "queue-timeout")]
+        served = [o.latency for o in outcomes if o.category == "ok"]
+        figures["rounds"].append({
+            "sent": sent,
+            "answered": len(outcomes),
+            "unanswered": sent - len(outcomes),
+            "outcomes": dict(Counter(o.category for o in outcomes)),
+            "served_req_per_s": round(len(served) / elapsed, 1),
+            "rejection_latency_p50_s": round(percentile(rejected, 50), 4),
+            "rejection_latency_p99_s": round(percentile(rejected, 99), 4),
+            "served_latency_p50_s": round(percentile(served, 50), 3),
+            "served_latency_p99_s": round(percentile(served, 99), 3),
+            "rss_peak_mb": round(peak / mb, 1),
+            "rss_after_mb": round(sum(mem_after.values()) / mb, 1),
+            "rss_after_by_process_mb": {k: round(v / mb, 1) for k, v in mem_after.items()},
+            "sample_errors": sorted({o.message for o in outcomes if o.message})[:3],
+        })
+    figures["ready_after"] = ready
+    figures["request_after_overload"] = after
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure capacity, overload, print the figures."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="classify", choices=["classify", "preprocess"])
+    parser.add_argument("--factor", type=float, default=10.0, help="offered load / capacity")
+    parser.add_argument("--seconds", type=float, default=10.0, help="duration of each round of overload")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of overload (memory must plateau)")
+    parser.add_argument("--clients", type=int, default=4, help="closed-loop threads measuring capacity")
+    parser.add_argument("--capacity-seconds", type=float, default=5.0)
+    parser.add_argument("--timeout", type=float, default=30.0, help="client deadline of each request (s)")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args(argv)
+    figures = run(args)
+    for key, value in figures.items():
+        if key == "rounds":
+            for i, r in enumerate(value, 1):
+                for k, v in r.items():
+                    sys.stdout.write(f"round {i} {k:26s} {v}\n")
+        else:
+            sys.stdout.write(f"{key:34s} {value}\n")
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""Hostile input through a real tritonserver: a corpus subset, mixed in dynamic batches, and the metrics."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from scripts.loadgen import GrpcSender
+from tests.corpus import Item, build
+from tritonprep.executor import CpuExecutor
+from tritonprep.spec import PreprocessSpec
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def subset() -> list[Item]:
+    """Up to 6 items of every corpus family (under 3 MB each): about 60 requests."""
+    by_group: dict[str, list[Item]] = {}
+    for item in build():
+        if len(item.data) < 3_000_000:
+            by_group.setdefault(item.group, []).append(item)
+    return [it for items in by_group.values() for it in items[:: max(1, len(items) // 6)][:6]]
+
+
+def metrics(server) -> dict[str, float]:
+    """tritonprep_* samples of the metrics endpoint: {'name{labels}': value}."""
+    return {k: float(v) for k, v in re.findall(r"^(tritonprep_[^ ]+) ([0-9.e+-]+)$", server.metrics_text(), re.M)}
+
+
+def test_corpus_subset_through_the_server_matches_the_library(server, subset):
+    """Sent concurrently (so hostile and good images share dynamic batches): every request gets
+    exactly what the CPU executor gives for its image alone: the same tensor or the same error."""
+    ex = CpuExecutor(PreprocessSpec())
+    try:
+        local = [ex.run([it.data]) for it in subset]
+    finally:
+        ex.close()
+    before = metrics(server)
+    sender = GrpcSender(server.options.grpc_url)
+
+    def call(item: Item):
+        import tritonclient.grpc as grpcclient
+        from tritonclient.utils import InferenceServerException
+
+        arr = np.empty((1, 1), dtype=np.object_)
+        arr[0, 0] = item.data
+        inp = grpcclient.InferInput("IMAGE", [1, 1], "BYTES")
+        inp.set_data_from_numpy(arr)
+        try:
+            return sender.client.infer("preprocess", [inp], client_timeout=60).as_numpy("PIXELS")
+        except InferenceServerException as e:
+            return e
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(call, subset))
+    sender.close()
+    assert len(subset) >= 50
+    for item, want, got in zip(subset, local, answers):
+        if want.errors:
+            assert not isinstance(got, np.ndarray), f"{item.name}: the server decoded what the library rejects"
+            assert str(got.message()).endswith(f"image 1 of 1: {want.errors[0]}"), (item.name, got.message())
+            assert "INVALID_ARG" in str(got.status()), item.name
+        else:
+            assert isinstance(got, np.ndarray), f"{item.name}: {got}"
+            np.testing.assert_array_equal(got[0], want.output[0], err_msg=item.name)
+    assert server.is_ready()
+
+    # the custom metrics counted exactly these images, by path and by rejection reason
+    after = metrics(server)
+    delta = {k: after[k] - before.get(k, 0.0) for k in after}
+    ok = sum(1 for w in local if not w.errors)
+    reasons = Counter(w.errors[0].reason for w in local if w.errors)
+    assert delta['tritonprep_images_total{model="preprocess",path="cpu"}'] == ok
+    for reason in ("decode", "format", "limit", "invalid"):
+        key = f'tritonprep_rejected_total{{model="preprocess",reason="{reason}"}}'
+        assert delta[key] == reasons.get(reason, 0), reason
+    assert reasons["decode"] > 10 and reasons["limit"] >= 3
+    batches = delta['tritonprep_preprocess_seconds_count{model="preprocess"}']
+    assert 1 <= batches < len(subset), "requests were never batched together"
+    assert delta['tritonprep_decode_seconds_total{model="preprocess"}'] > 0
+
+
+def test_metrics_are_documented_and_typed(server):
+    text = server.metrics_text()
+    for name, kind in (("tritonprep_images_total", "counter"), ("tritonprep_rejected_total", "counter"),
+                       ("tritonprep_decode_seconds_total", "counter"), ("tritonprep_preprocess_seconds", "histogram"),
+                       ("tritonprep_executing_requests", "gauge")):
+        assert f"# TYPE {name} {kind}" in text, name
+    for path in ("cpu", "gpu_hw", "gpu_cuda", "cpu_fallback"):
+        assert f'tritonprep_images_total{{model="preprocess",path="{path}"}}' in text
+    assert 'tritonprep_preprocess_seconds_bucket{model="preprocess",le="0.01"}' in text
+
+
+def test_model_instance_logs_its_executor_and_decoder(server):
+    log = server.log_path.read_text()
+    assert re.search(r"preprocess instance preprocess_0_0 \(CPU, device 0\): cpu executor, decoder Pillow; limits", log)
