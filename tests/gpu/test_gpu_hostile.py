@@ -1,0 +1,83 @@
+"""The hostile-input corpus through the real server on the GPU: the GPU executor refuses exactly
+what the CPU executor refuses, with the same message, and decodes the rest to the same pixels
+within the GPU decoder's tolerance; the custom metrics count the GPU decoder paths."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from tests.e2e.test_hostile import metrics
+from tests.gpu.test_gpu_server import gpu_server  # noqa: F401 - fixture
+
+LEVEL = 1 / 128  # one uint8 level after (x - 127) / 128
+
+
+def test_corpus_on_the_gpu_matches_the_cpu_executor(gpu_server):  # noqa: F811
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    from scripts.loadgen import GrpcSender
+    from tests.corpus import build
+    from tritonprep.executor import CpuExecutor
+    from tritonprep.spec import PreprocessSpec
+
+    items = [it for it in build() if len(it.data) < 3_000_000]
+    ex = CpuExecutor(PreprocessSpec())
+    try:
+        local = [ex.run([it.data]) for it in items]
+    finally:
+        ex.close()
+    before = metrics(gpu_server)
+    sender = GrpcSender(gpu_server.options.grpc_url)
+
+    def call(data: bytes):
+        arr = np.empty((1, 1), dtype=np.object_)
+        arr[0, 0] = data
+        inp = grpcclient.InferInput("IMAGE", [1, 1], "BYTES")
+        inp.set_data_from_numpy(arr)
+        try:
+            return sender.client.infer("preprocess", [inp], client_timeout=60).as_numpy("PIXELS")
+        except InferenceServerException as e:
+            return e
+
+    with ThreadPoolExecutor(8) as pool:  # concurrent: hostile and good images share GPU batches
+        answers = list(pool.map(call, [it.data for it in items]))
+    sender.close()
+
+    mismatches, worst = [], []
+    for item, want, got in zip(items, local, answers):
+        if want.errors:
+            if isinstance(got, np.ndarray):
+                mismatches.append(f"{item.name}: GPU decoded what the CPU executor rejects ({want.errors[0]})")
+            elif not str(got.message()).endswith(f"image 1 of 1: {want.errors[0]}"):
+                mismatches.append(f"{item.name}: GPU {got.message()!r} vs CPU {want.errors[0]!s}")
+        elif not isinstance(got, np.ndarray):
+            mismatches.append(f"{item.name}: GPU rejected a valid image: {got.message()}")
+        else:
+            d = np.abs(got[0] - want.output[0]) / LEVEL
+            worst.append((float(d.max()), float((d > 1.01).mean()), item.name))
+            if d.max() > 8 or (d > 2.01).mean() > 0.01:
+                mismatches.append(f"{item.name}: pixels differ (max {d.max():.1f} levels, "
+                                  f"{(d > 1.01).mean():.4%} beyond 1 level)")
+    worst.sort(reverse=True)
+    print(f"{len(items)} corpus items; 5 largest pixel differences (levels, share > 1 level): {worst[:5]}")  # noqa: T201
+    assert not mismatches, "\n".join(mismatches)
+    assert gpu_server.is_ready()
+
+    after = metrics(gpu_server)
+    delta = {k: after[k] - before.get(k, 0.0) for k in after}
+    paths = {p: delta.get(f'tritonprep_images_total{{model="preprocess",path="{p}"}}', 0.0)
+             for p in ("gpu_hw", "gpu_cuda", "cpu_fallback", "cpu")}
+    print(f"decoded by path: {paths}")  # noqa: T201
+    assert sum(paths.values()) == sum(1 for w in local if not w.errors)
+    assert paths["gpu_hw"] + paths["gpu_cuda"] > 0 and paths["cpu_fallback"] > 0 and paths["cpu"] == 0
+    reasons = Counter(w.errors[0].reason for w in local if w.errors)
+    for reason, n in reasons.items():
+        assert delta[f'tritonprep_rejected_total{{model="preprocess",reason="{reason}"}}'] == n, reason
+    log = gpu_server.log_path.read_text()
+    assert re.search(r"preprocess instance preprocess_0_0 \(GPU, device 0\): gpu executor, decoder ", log)
