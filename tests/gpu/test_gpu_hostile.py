@@ -9,7 +9,6 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-import pytest
 
 from tests.e2e.test_hostile import metrics
 from tests.gpu.test_gpu_server import gpu_server  # noqa: F401 - fixture
