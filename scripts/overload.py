@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import sys
 import tempfile
 import threading
@@ -54,10 +55,10 @@ def capacity(url: str, model: str, photo: bytes, clients: int, seconds: float) -
     return (n1 - n0) / (t1 - t0), percentile(ok, 50)
 
 
-def open_loop(url: str, model: str, photo: bytes, rate: float, seconds: float, timeout_s: float,
-              server: Any) -> tuple[list[Outcome], int]:
-    """Send at ``rate`` per second for ``seconds`` without waiting for answers; return the outcomes
-    and the peak resident memory seen meanwhile."""
+def _send_share(url: str, model: str, photo: bytes, rate: float, total: int, phase: float,
+                timeout_s: float) -> tuple[list[Outcome], float]:
+    """One sender process: ``total`` requests at ``rate`` per second, starting ``phase`` of an interval
+    late, without waiting for answers; returns the outcomes and how far it fell behind schedule (s)."""
     from tritonclient.utils import InferenceServerException
 
     sender = GrpcSender(url)
@@ -67,7 +68,6 @@ def open_loop(url: str, model: str, photo: bytes, rate: float, seconds: float, t
     inp.set_data_from_numpy(arr)
     outcomes: list[Outcome] = []
     lock = threading.Lock()
-    total = int(rate * seconds)
     answered = threading.Semaphore(0)
 
     def callback(start: float, result: Any = None, error: InferenceServerException | None = None) -> None:
@@ -81,25 +81,46 @@ def open_loop(url: str, model: str, photo: bytes, rate: float, seconds: float, t
             outcomes.append(o)
         answered.release()
 
-    peak = sum(memory(server).values())
-    t0 = time.monotonic()
+    lag = 0.0
+    t0 = time.monotonic() + phase / rate
     for i in range(total):
         due = t0 + i / rate
         now = time.monotonic()
         if due > now:
             time.sleep(due - now)
+        else:
+            lag = max(lag, now - due)
         start = time.monotonic()
         sender.client.async_infer(model, [inp], callback=functools.partial(callback, start), client_timeout=timeout_s)
-        if i % max(1, int(rate / 4)) == 0:
-            peak = max(peak, sum(memory(server).values()))
     deadline = time.monotonic() + timeout_s + 10
     for _ in range(total):
         if not answered.acquire(timeout=max(0.0, deadline - time.monotonic())):
             break
-        if len(outcomes) % 50 == 0:
-            peak = max(peak, sum(memory(server).values()))
     sender.close()
-    return outcomes, peak
+    with lock:
+        return list(outcomes), lag
+
+
+def open_loop(url: str, model: str, photo: bytes, rate: float, seconds: float, timeout_s: float,
+              server: Any, senders: int = 1) -> tuple[list[Outcome], int, float]:
+    """Send at ``rate`` per second for ``seconds`` from ``senders`` processes (one gRPC client each:
+    one Python client cannot offer thousands of requests per second on time), without waiting for
+    answers; return the outcomes, the peak resident memory of the server meanwhile, and how far
+    the slowest sender fell behind its schedule (a large lag means the figures measure the
+    client, not the server)."""
+    import multiprocessing as mp
+
+    share = int(rate * seconds) // senders
+    peak = sum(memory(server).values())
+    with mp.get_context("spawn").Pool(senders) as pool:
+        pending = pool.starmap_async(_send_share, [(url, model, photo, rate / senders, share, k / senders, timeout_s)
+                                                   for k in range(senders)])
+        while not pending.ready():
+            peak = max(peak, sum(memory(server).values()))
+            pending.wait(0.25)
+        results = pending.get()
+    outcomes = [o for part, _ in results for o in part]
+    return outcomes, peak, max(lag for _, lag in results)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -114,14 +135,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         offered = rate * args.factor
         for _ in range(args.rounds):
             t0 = time.monotonic()
-            outcomes, peak = open_loop(url, args.model, photo, offered, args.seconds, args.timeout, server)
+            outcomes, peak, lag = open_loop(url, args.model, photo, offered, args.seconds, args.timeout, server,
+                                            args.senders)
             elapsed = time.monotonic() - t0
             time.sleep(1.0)
-            rounds.append((outcomes, peak, elapsed, memory(server)))
+            rounds.append((outcomes, peak, elapsed, memory(server), lag))
         ready = server.is_ready()
         after = GrpcSender(url).send(args.model, [photo], "good", 30).category
     mb = 1 << 20
-    sent = int(offered * args.seconds)
+    sent = int(offered * args.seconds) // args.senders * args.senders
     figures: dict[str, Any] = {
         "model": args.model,
         "capacity_req_per_s": round(rate, 1),
@@ -130,7 +152,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "rss_before_mb": round(sum(mem_before.values()) / mb, 1),
         "rounds": [],
     }
-    for outcomes, peak, elapsed, mem_after in rounds:
+    for outcomes, peak, elapsed, mem_after, lag in rounds:
         rejected = [o.latency for o in outcomes if o.category in ("queue-full", "queue-timeout")]
         served = [o.latency for o in outcomes if o.category == "ok"]
         figures["rounds"].append({
@@ -139,6 +161,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "unanswered": sent - len(outcomes),
             "outcomes": dict(Counter(o.category for o in outcomes)),
             "served_req_per_s": round(len(served) / elapsed, 1),
+            "sender_max_lag_s": round(lag, 3),
             "rejection_latency_p50_s": round(percentile(rejected, 50), 4),
             "rejection_latency_p99_s": round(percentile(rejected, 99), 4),
             "served_latency_p50_s": round(percentile(served, 50), 3),
@@ -162,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2, help="rounds of overload (memory must plateau)")
     parser.add_argument("--clients", type=int, default=4, help="closed-loop threads measuring capacity")
     parser.add_argument("--capacity-seconds", type=float, default=5.0)
+    parser.add_argument("--senders", type=int, default=max(1, min(8, (os.cpu_count() or 2) // 2)),
+                        help="client processes sending the overload (default: half the cores, at most 8)")
     parser.add_argument("--timeout", type=float, default=30.0, help="client deadline of each request (s)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)

@@ -30,6 +30,9 @@ from .spec import PreprocessSpec
 
 log = logging.getLogger(__name__)
 
+#: the largest pinned staging buffer kept between calls (bigger uploads get a temporary one)
+STAGING_KEEP_BYTES = 64 << 20
+
 #: CUDA errors after which the context is unusable for the life of the process (the same
 #: numbers for the runtime and the driver API): illegal address, launch timeout, context
 #: destroyed, device assert, hardware stack error, illegal instruction, misaligned address,
@@ -72,6 +75,8 @@ class GpuExecutor:
                 log.warning("GPU %d: %s; decoding with Pillow, preprocessing on the GPU", device_id, e)
         self._pool = ThreadPoolExecutor(max_workers=spec.resolved_cpu_threads, thread_name_prefix="tritonprep-gpu-cpu")
         self._pinned: Any = None
+        self._pinned_oversized = False
+        self._in_flight_staging: Any = None
         self.decoder_name = self.decoder.description if self.decoder else "Pillow (CPU) + upload"
         log.info("GPU executor on device %d: decoder %s, kernel %s/%s/%s/%s", device_id, self.decoder_name,
                  spec.interpolation, spec.layout, spec.channel_order, spec.dtype)
@@ -92,12 +97,26 @@ class GpuExecutor:
             raise RuntimeUnavailable(f"GPU executor warm-up failed: {result.errors[0]}")
 
     def _staging(self, nbytes: int) -> np.ndarray:
-        """A pinned host buffer of at least ``nbytes`` (grown by doubling, reused across calls)."""
-        if self._pinned is None or self._pinned.nbytes < nbytes:
-            import cupyx
+        """A pinned host buffer of at least ``nbytes``.
 
-            self._pinned = cupyx.empty_pinned((max(nbytes, 2 * (0 if self._pinned is None else self._pinned.nbytes)),), np.uint8)
+        Up to ``STAGING_KEEP_BYTES`` one buffer is kept and reused across calls, grown to the
+        next power of two; a larger upload gets a buffer of its own that is released after the
+        call (see :meth:`_release_pinned`), so a rare huge batch does not pin that much host
+        memory for the life of the process.
+        """
+        import cupyx
+
+        if nbytes > STAGING_KEEP_BYTES:
+            return cupyx.empty_pinned((nbytes,), np.uint8)
+        if self._pinned is None or self._pinned.nbytes < nbytes:
+            self._pinned = None
+            self._release_pinned()
+            self._pinned = cupyx.empty_pinned((1 << max(20, (nbytes - 1).bit_length()),), np.uint8)
         return self._pinned
+
+    def _release_pinned(self) -> None:
+        """Hand pinned blocks that nothing uses any more back to the driver (CuPy caches them)."""
+        self.cp.get_default_pinned_memory_pool().free_all_blocks()
 
     def _check(self, data: bytes) -> tuple[str, bool]:
         """Header checks; returns (format, whether the GPU decoder should take it)."""
@@ -106,7 +125,9 @@ class GpuExecutor:
             return fmt, False
         header = parse_jpeg(data, self.spec.limits.max_progressive_scans)
         check_dimensions(header.width, header.height, self.spec.limits)
-        return fmt, header.components in (1, 3)  # CMYK/YCCK: Pillow converts Adobe CMYK correctly
+        # CMYK/YCCK: Pillow converts Adobe CMYK correctly; malformed EXIF: Pillow's reading of
+        # it is the reference (the CPU executor), nvImageCodec's may differ
+        return fmt, header.components in (1, 3) and header.orientation is not None
 
     def _gpu_decode(self, data: list[bytes]) -> list[DecodedImage | None]:
         """Batch decode; if the decoder fails the whole batch, bisect to isolate the culprits."""
@@ -134,10 +155,12 @@ class GpuExecutor:
             offsets.append(total)
             total += (a.nbytes + 255) // 256 * 256
         staging = self._staging(total)
+        self._pinned_oversized = total > STAGING_KEEP_BYTES
         for a, off in zip(arrays, offsets):
             staging[off : off + a.nbytes] = a.reshape(-1)
         device_buf = self.cp.empty((total,), dtype=np.uint8)
         device_buf.set(staging[:total], stream=self.stream)
+        self._in_flight_staging = staging  # the copy is asynchronous: hold the source until the stream syncs
         return device_buf, offsets
 
     # ------------------------------------------------------------------ API
@@ -212,6 +235,10 @@ class GpuExecutor:
             self._ops.launch_resize_normalize(spec, ptrs, meta, out, self.stream)
             self.stream.synchronize()
         del keep_alive  # decoded images are released only after the kernel has read them
+        self._in_flight_staging = None
+        if cpu_idx and self._pinned_oversized:
+            self._pinned_oversized = False
+            self._release_pinned()
         t1 = time.perf_counter()
         return BatchResult(out, errors, {k: v for k, v in decoded_by.items() if v},
                            timings={"decode_gpu_s": t_decode_gpu - t0, "decode_s": t_decode - t0, "total_s": t1 - t0})

@@ -25,11 +25,14 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from collections.abc import Mapping
 from typing import Any
 
 log = logging.getLogger(__name__)
 
+#: seconds between samples of the CuPy pool gauges
+POOL_SAMPLE_S = 1.0
 PATHS = ("cpu", "gpu_hw", "gpu_cuda", "cpu_fallback")
 REASONS = ("decode", "format", "limit", "invalid", "internal")
 BATCH_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
@@ -41,6 +44,7 @@ class PreprocessMetrics:
     def __init__(self, model: str, instance: str = "") -> None:
         self.model = model
         self.enabled = False
+        self._pool_sampled = float("-inf")
         try:
             import triton_python_backend_utils as pb_utils
 
@@ -95,7 +99,11 @@ class PreprocessMetrics:
         if "total_s" in timings:
             self._batch.observe(float(timings["total_s"]))
         cupy = sys.modules.get("cupy")  # only if the executor loaded it: never import CuPy here
-        if cupy is not None:
+        now = time.monotonic()
+        # every metric call is a round trip to the Triton process (~20-50 us): sample the pool
+        # gauges at most once per POOL_SAMPLE_S instead of on every batch
+        if cupy is not None and now - self._pool_sampled >= POOL_SAMPLE_S:
+            self._pool_sampled = now
             pool = cupy.get_default_memory_pool()
             self._pools["used"].set(float(pool.used_bytes()))
             self._pools["total"].set(float(pool.total_bytes()))

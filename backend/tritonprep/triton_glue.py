@@ -352,6 +352,7 @@ class PreprocessModel:
         rejected = Counter(e.reason if isinstance(e, ImageError) else "invalid" for e in batch.request_errors.values())
         try:
             result = self.executor.run(batch.images)
+            t2 = time.perf_counter()
         except InstanceFailed:
             raise
         except Exception as e:  # noqa: BLE001 - an executor bug or device error: isolate it request by request
@@ -363,10 +364,10 @@ class PreprocessModel:
         rejected.update(e.reason for e in result.errors.values())
         self.metrics.record_batch(result.decoded_by, result.timings)
         self.metrics.record_rejections(rejected)
-        t2 = time.perf_counter()
+        t3 = time.perf_counter()
         responses = image_responses(batch, result.output, result.errors, self.output_name)
-        self.timer.record(len(requests), len(batch.images), gather=t1 - t0, run=t2 - t1,
-                          respond=time.perf_counter() - t2, **result.timings)
+        self.timer.record(len(requests), len(batch.images), gather=t1 - t0, run=t2 - t1, metrics=t3 - t2,
+                          respond=time.perf_counter() - t3, **result.timings)
         return responses
 
     def _retry_per_request(self, batch: ImageBatch, rejected: Counter) -> list[Any]:

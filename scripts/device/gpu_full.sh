@@ -26,7 +26,7 @@ export TRITONPREP_PHOTOS=${TRITONPREP_PHOTOS:-$PWD/.photos} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/env.txt"
 python3 -c "import numpy, cupy, PIL; print('numpy', numpy.__version__, 'cupy', cupy.__version__, 'Pillow', PIL.__version__)" | tee -a "$OUT/env.txt"
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  timeout ${TEST_TIMEOUT:-240} python3 -m pytest tests/gpu tests/e2e/test_classify.py ${TEST_EXTRA:-} -q -p no:cacheprovider --timeout 200 -rs \
+  timeout ${TEST_TIMEOUT:-240} python3 -m pytest tests/gpu tests/e2e/test_classify.py ${TEST_EXTRA:-} -q -p no:cacheprovider --timeout 200 -rsP \
     > "$OUT/pytest-gpu.txt" 2>&1; echo "pytest rc=$?"; tail -6 "$OUT/pytest-gpu.txt"
 fi
 if [ "${SOAK_REQUESTS:-0}" -gt 0 ]; then

@@ -1,6 +1,10 @@
 """The hostile-input corpus through the real server on the GPU: the GPU executor refuses exactly
 what the CPU executor refuses, with the same message, and decodes the rest to the same pixels
-within the GPU decoder's tolerance; the custom metrics count the GPU decoder paths."""
+within the GPU decoder's tolerance; the custom metrics count the GPU decoder paths.
+
+Items whose outcome the corpus leaves open (``expect == "any"``: bit flips in entropy data,
+frame headers that lie about the size) have no right answer: decoders conceal corrupt data
+differently, so for them only an answer is required."""
 
 from __future__ import annotations
 
@@ -50,6 +54,10 @@ def test_corpus_on_the_gpu_matches_the_cpu_executor(gpu_server):  # noqa: F811
 
     mismatches, worst = [], []
     for item, want, got in zip(items, local, answers):
+        if item.expect == "any":
+            if not isinstance(got, np.ndarray) and "image 1 of 1" not in str(got.message()):
+                mismatches.append(f"{item.name}: no image error but {got.message()}")
+            continue
         if want.errors:
             if isinstance(got, np.ndarray):
                 mismatches.append(f"{item.name}: GPU decoded what the CPU executor rejects ({want.errors[0]})")
@@ -73,10 +81,13 @@ def test_corpus_on_the_gpu_matches_the_cpu_executor(gpu_server):  # noqa: F811
     paths = {p: delta.get(f'tritonprep_images_total{{model="preprocess",path="{p}"}}', 0.0)
              for p in ("gpu_hw", "gpu_cuda", "cpu_fallback", "cpu")}
     print(f"decoded by path: {paths}")  # noqa: T201
-    assert sum(paths.values()) == sum(1 for w in local if not w.errors)
+    decoded = sum(1 for it, got in zip(items, answers) if isinstance(got, np.ndarray))
+    assert sum(paths.values()) == decoded
     assert paths["gpu_hw"] + paths["gpu_cuda"] > 0 and paths["cpu_fallback"] > 0 and paths["cpu"] == 0
-    reasons = Counter(w.errors[0].reason for w in local if w.errors)
-    for reason, n in reasons.items():
-        assert delta[f'tritonprep_rejected_total{{model="preprocess",reason="{reason}"}}'] == n, reason
+    reasons = Counter(w.errors[0].reason for it, w in zip(items, local) if w.errors and it.expect != "any")
+    for reason, n in reasons.items():  # the "any" items add to some reasons
+        assert delta[f'tritonprep_rejected_total{{model="preprocess",reason="{reason}"}}'] >= n, reason
+    assert sum(delta.get(f'tritonprep_rejected_total{{model="preprocess",reason="{r}"}}', 0.0)
+               for r in ("decode", "format", "limit", "invalid")) == len(items) - decoded
     log = gpu_server.log_path.read_text()
     assert re.search(r"preprocess instance preprocess_0_0 \(GPU, device 0\): gpu executor, decoder ", log)

@@ -114,3 +114,29 @@ def test_colour_modes_become_rgb(photos, mode):
     assert got.shape == (64, 64, 3) and got.dtype == np.uint8
     want = np.asarray(im.convert("RGB")) if mode != "I;16" else np.repeat(np.asarray(rgb.convert("L"))[..., None], 3, 2)
     assert np.abs(got.astype(int) - want.astype(int)).mean() < 4, mode
+
+
+def test_exif_orientation_of_the_marker_walk_agrees_with_pillow():
+    """The GPU executor trusts the walk's orientation (nvImageCodec applies it) only where it is
+    well-formed; there it must be what Pillow (the CPU executor) reads, and every broken EXIF
+    orientation in the corpus must be flagged (None), which sends the image to Pillow."""
+    import io
+
+    from PIL import Image
+
+    from tests.corpus import build
+    from tritonprep.decode.jpeg import parse_jpeg
+
+    checked = 0
+    for item in build():
+        if not item.data.startswith(b"\xff\xd8") or item.expect != "ok":
+            continue
+        header = parse_jpeg(item.data, 100)
+        if item.group == "exif-broken" and item.name.startswith("exif-broken/orientation-"):
+            assert header.orientation is None, item.name
+        if header.orientation is not None:
+            assert header.orientation == Image.open(io.BytesIO(item.data)).getexif().get(0x0112, 1), item.name
+            checked += 1
+    assert checked > 20
+    assert {parse_jpeg(it.data, 100).orientation for it in build() if it.name.startswith("orientation/jpeg-")} == \
+        set(range(1, 9))

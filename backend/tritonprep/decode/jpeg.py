@@ -14,7 +14,8 @@ from ..errors import DecodeError, LimitExceeded
 
 _SOF = frozenset((0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF))
 _PROGRESSIVE = frozenset((0xC2, 0xC6, 0xCA, 0xCE))
-_SOS, _EOI = 0xDA, 0xD9
+_SOS, _EOI, _APP1 = 0xDA, 0xD9, 0xE1
+_ORIENTATION_TAG = 0x0112
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,11 @@ class JpegHeader:
     components: int
     progressive: bool
     scans: int
+    #: EXIF orientation 1..8 when the file has a well-formed one, 1 when it has no EXIF
+    #: orientation, None when its EXIF block is malformed or its orientation entry is not a
+    #: SHORT in 1..8: decoders disagree on such files (Pillow ignores the entry, nvImageCodec
+    #: may apply it), so the GPU executor hands them to Pillow, like the CPU executor
+    orientation: int | None = 1
 
 
 def parse_jpeg(data: bytes, max_scans: int) -> JpegHeader:
@@ -34,6 +40,8 @@ def parse_jpeg(data: bytes, max_scans: int) -> JpegHeader:
     pos = 2
     frame: tuple[int, int, int, bool] | None = None
     scans = 0
+    orientation: int | None = 1
+    seen_exif = False
     while True:
         if pos >= n:
             raise DecodeError("truncated JPEG: no end-of-image marker")
@@ -54,6 +62,9 @@ def parse_jpeg(data: bytes, max_scans: int) -> JpegHeader:
         length = int.from_bytes(data[pos : pos + 2], "big")
         if length < 2 or pos + length > n:
             raise DecodeError(f"truncated or corrupt JPEG: segment 0xFF{marker:02X} at byte {pos - 2} has length {length}")
+        if marker == _APP1 and not seen_exif and data.startswith(b"Exif\x00\x00", pos + 2):
+            seen_exif = True  # decoders read the first Exif APP1 only
+            orientation = exif_orientation(data[pos + 8 : pos + length])
         if marker in _SOF:
             if frame is not None:
                 raise DecodeError(f"corrupt JPEG: a second frame header (0xFF{marker:02X}) at byte {pos - 2}")
@@ -82,4 +93,31 @@ def parse_jpeg(data: bytes, max_scans: int) -> JpegHeader:
     if frame is None or scans == 0:
         raise DecodeError("corrupt JPEG: no frame or no scan before the end-of-image marker")
     width, height, components, progressive = frame
-    return JpegHeader(width, height, components, progressive, scans)
+    return JpegHeader(width, height, components, progressive, scans, orientation)
+
+
+def exif_orientation(tiff: bytes) -> int | None:
+    """The orientation of a TIFF-structured EXIF block: 1..8, 1 without the entry, None if malformed.
+
+    Strict on purpose: only a clean IFD0 whose orientation entry (0x0112) is one SHORT in
+    1..8 counts; anything else (bad byte order or magic, IFD0 outside the block, entries cut
+    off, another type or count, an out-of-range value) is None.
+    """
+    if len(tiff) < 8 or tiff[:4] not in (b"II*\x00", b"MM\x00*"):
+        return None
+    order = "little" if tiff[0] == 0x49 else "big"
+    ifd = int.from_bytes(tiff[4:8], order)
+    if ifd < 8 or ifd + 2 > len(tiff):
+        return None
+    count = int.from_bytes(tiff[ifd : ifd + 2], order)
+    if ifd + 2 + 12 * count > len(tiff):
+        return None
+    for k in range(count):
+        e = ifd + 2 + 12 * k
+        if int.from_bytes(tiff[e : e + 2], order) != _ORIENTATION_TAG:
+            continue
+        kind = int.from_bytes(tiff[e + 2 : e + 4], order)
+        n = int.from_bytes(tiff[e + 4 : e + 8], order)
+        value = int.from_bytes(tiff[e + 8 : e + 10], order)
+        return value if kind == 3 and n == 1 and 1 <= value <= 8 else None
+    return 1
