@@ -31,7 +31,7 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
 fi
 if [ "${SOAK_REQUESTS:-0}" -gt 0 ]; then
   timeout ${SOAK_TIMEOUT:-300} python3 -m scripts.soak --requests "$SOAK_REQUESTS" --clients ${SOAK_CLIENTS:-8} \
-    --progress 30 --max-seconds $(( ${SOAK_TIMEOUT:-300} - 45 )) --json "$OUT/soak-gpu.json" > "$OUT/soak-gpu.txt" 2>&1; echo "soak rc=$?"; tail -30 "$OUT/soak-gpu.txt"
+    ${SOAK_ARGS:-} --progress 30 --max-seconds $(( ${SOAK_TIMEOUT:-300} - 45 )) --json "$OUT/soak-gpu.json" > "$OUT/soak-gpu.txt" 2>&1; echo "soak rc=$?"; tail -30 "$OUT/soak-gpu.txt"
 fi
 if [ "${OVERLOAD:-0}" = 1 ]; then
   timeout ${OVERLOAD_TIMEOUT:-150} python3 -m scripts.overload --model preprocess --json "$OUT/overload-gpu.json" \
