@@ -75,7 +75,6 @@ class GpuExecutor:
                 log.warning("GPU %d: %s; decoding with Pillow, preprocessing on the GPU", device_id, e)
         self._pool = ThreadPoolExecutor(max_workers=spec.resolved_cpu_threads, thread_name_prefix="tritonprep-gpu-cpu")
         self._pinned: Any = None
-        self._pinned_oversized = False
         self._in_flight_staging: Any = None
         self.decoder_name = self.decoder.description if self.decoder else "Pillow (CPU) + upload"
         log.info("GPU executor on device %d: decoder %s, kernel %s/%s/%s/%s", device_id, self.decoder_name,
@@ -155,7 +154,6 @@ class GpuExecutor:
             offsets.append(total)
             total += (a.nbytes + 255) // 256 * 256
         staging = self._staging(total)
-        self._pinned_oversized = total > STAGING_KEEP_BYTES
         for a, off in zip(arrays, offsets):
             staging[off : off + a.nbytes] = a.reshape(-1)
         device_buf = self.cp.empty((total,), dtype=np.uint8)
@@ -235,9 +233,9 @@ class GpuExecutor:
             self._ops.launch_resize_normalize(spec, ptrs, meta, out, self.stream)
             self.stream.synchronize()
         del keep_alive  # decoded images are released only after the kernel has read them
+        temporary = self._in_flight_staging is not None and self._in_flight_staging is not self._pinned
         self._in_flight_staging = None
-        if cpu_idx and self._pinned_oversized:
-            self._pinned_oversized = False
+        if temporary:  # an oversized upload's own buffer: hand it back now
             self._release_pinned()
         t1 = time.perf_counter()
         return BatchResult(out, errors, {k: v for k, v in decoded_by.items() if v},
