@@ -16,7 +16,6 @@ what they got and how long the launcher took to exit. ``--json FILE`` writes the
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import signal
@@ -29,8 +28,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from scripts.loadgen import GrpcSender, Outcome, free_ports, images, percentile, run_threads, running_server
+from scripts.loadgen import GrpcSender, Outcome, images, percentile, report, run_threads, running_server
 from tritonprep import faults
+from tritonprep.server import free_ports
 from tritonprep.supervise import stub_processes
 
 log = logging.getLogger("faults")
@@ -213,10 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             figures = drain(args, Path(tmp))
         else:
             figures = break_and_recover(args.scenario, args, Path(tmp))
-    for key, value in figures.items():
-        sys.stdout.write(f"{key:32s} {value}\n")
-    if args.json:
-        args.json.write_text(json.dumps(figures, indent=2))
+    report(figures, args.json)
     return 0
 
 

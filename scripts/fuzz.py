@@ -206,10 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.runs and not args.seconds:
         args.runs = 20000
     figures = run(args)
-    for key, value in figures.items():
-        sys.stdout.write(f"{key:28s} {value}\n")
-    if args.json:
-        args.json.write_text(json.dumps(figures, indent=2))
+    from scripts.loadgen import report  # not at the top: the fuzzing child instruments tritonprep's imports
+
+    report(figures, args.json)
     return 1 if figures["crashes"] or figures["hangs_or_fuzzer_errors"] else 0
 
 

@@ -8,35 +8,25 @@ only, and every loop is bounded in count and time.
 
 from __future__ import annotations
 
+import json
 import logging
-import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from tritonprep.server import EmbeddedServer, ServerOptions
+from tritonprep.server import EmbeddedServer, ServerOptions, free_ports
 from tritonprep.supervise import Supervisor, rss_bytes, stub_processes
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL_REPOSITORY = REPO / "model_repository"
 log = logging.getLogger("loadgen")
-
-
-def free_ports(n: int) -> list[int]:
-    """``n`` free TCP ports on 127.0.0.1."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 @contextmanager
@@ -169,3 +159,19 @@ def memory(server: EmbeddedServer) -> dict[str, int]:
 def percentile(values: list[float], q: float) -> float:
     """The ``q``-th percentile (0..100) of ``values`` (nan when empty)."""
     return float(np.percentile(values, q)) if values else float("nan")
+
+
+def report(figures: dict[str, Any], json_path: Path | None = None) -> None:
+    """Print the figures one per line (a list of dicts, such as rounds, as ``<key> <n> <field>``)
+    and, with ``json_path``, also write them there as JSON."""
+    lines: list[tuple[str, Any]] = []
+    for key, value in figures.items():
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            lines += [(f"{key.rstrip('s')} {i} {k}", v) for i, part in enumerate(value, 1) for k, v in part.items()]
+        else:
+            lines.append((key, value))
+    width = max((len(k) for k, _ in lines), default=0) + 2
+    for key, value in lines:
+        sys.stdout.write(f"{key:{width}s} {value}\n")
+    if json_path is not None:
+        json_path.write_text(json.dumps(figures, indent=2))

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import sys
 import tempfile
@@ -29,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from scripts.loadgen import GrpcSender, Outcome, categorize, images, memory, percentile, run_threads, running_server
+from scripts.loadgen import GrpcSender, Outcome, categorize, images, memory, percentile, report, run_threads, running_server
 
 
 def capacity(url: str, model: str, photo: bytes, clients: int, seconds: float) -> tuple[float, float]:
@@ -191,15 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
     figures = run(args)
-    for key, value in figures.items():
-        if key == "rounds":
-            for i, r in enumerate(value, 1):
-                for k, v in r.items():
-                    sys.stdout.write(f"round {i} {k:26s} {v}\n")
-        else:
-            sys.stdout.write(f"{key:34s} {value}\n")
-    if args.json:
-        args.json.write_text(json.dumps(figures, indent=2))
+    report(figures, args.json)
     return 0
 
 

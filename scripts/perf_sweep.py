@@ -36,6 +36,8 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from tritonprep.server import ADMIN_HEADER, ADMIN_KEY_ENV, GRPC_HEADER_PREFIX
+
 log = logging.getLogger("perf_sweep")
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
 
@@ -77,9 +79,6 @@ def _ms(rec: dict, key: str) -> float:
     return float(rec.get(key) or 0) / 1000.0  # perf_analyzer reports microseconds
 
 
-#: the admin header (tritonprep.server.ADMIN_HEADER) and the prefix Triton's gRPC server checks it under
-ADMIN_HEADER = "triton-admin-key"
-GRPC_HEADER_PREFIX = "triton-grpc-protocol-"
 
 
 def admin_header_args(protocol: str, admin_key: str | None) -> list[str]:
@@ -182,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--admin-key-file", type=Path,
                         help="file with the server's admin key (default: $TRITONPREP_ADMIN_KEY; none: open APIs)")
     args, extra = parser.parse_known_args(argv)
-    admin_key = args.admin_key_file.read_text().strip() if args.admin_key_file else os.environ.get("TRITONPREP_ADMIN_KEY")
+    admin_key = args.admin_key_file.read_text().strip() if args.admin_key_file else os.environ.get(ADMIN_KEY_ENV)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     rows = sweep(args.model, {"grpc": args.grpc_url, "http": args.http_url}, load_images(args.images, args.count),
                  args.protocol.split(","), [int(b) for b in args.batch.split(",")],

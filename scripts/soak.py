@@ -42,7 +42,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from scripts.loadgen import GrpcSender, Outcome, images, memory, percentile, run_threads, running_server
+from scripts.loadgen import GrpcSender, Outcome, images, memory, percentile, report, run_threads, running_server
 
 EXPECTED = {"good": {"ok"}, "bad": {"rejected-input"}, "deadline": {"ok", "client-deadline"}}
 MB = 1 << 20
@@ -262,10 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="tritonprep-soak-") as tmp:
         figures = soak(args, Path(tmp))
-    for key, value in figures.items():
-        sys.stdout.write(f"{key:24s} {value}\n")
-    if args.json:
-        args.json.write_text(json.dumps(figures, indent=2))
+    report(figures, args.json)
     return 0 if figures["passed"] else 1
 
 

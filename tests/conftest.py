@@ -8,7 +8,6 @@ real HTTP and gRPC. On failure its log's tail is printed.
 from __future__ import annotations
 
 import io
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,21 +51,10 @@ def image_dir(tmp_path_factory: pytest.TempPathFactory, photos: dict[str, np.nda
     return d
 
 
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """The embedded tritonserver serving model_repository/ (started once per session)."""
-    from tritonprep.server import EmbeddedServer, ServerOptions
+    from tritonprep.server import EmbeddedServer, ServerOptions, free_ports
 
     if not ONNX.is_file():
         pytest.fail(f"{ONNX} is missing: run `make model` (make test does it for you)")

@@ -26,6 +26,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -160,6 +161,18 @@ def gpu_count() -> int:
     if visible is not None:
         count = min(count, len([d for d in visible.split(",") if d.strip()]))
     return count
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """``n`` distinct free TCP ports on ``host`` (for servers started by tests and benchmarks)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind((host, 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec

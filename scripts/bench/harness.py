@@ -112,21 +112,8 @@ class GpuMemorySampler:
         self._thread.join()
 
 
-def free_ports(n: int) -> list[int]:
-    import socket
-
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def start_server(repo: Path, log_path: Path):
-    from tritonprep.server import EmbeddedServer, ServerOptions
+    from tritonprep.server import EmbeddedServer, ServerOptions, free_ports
 
     http, grpc, metrics = free_ports(3)
     server = EmbeddedServer(ServerOptions(repo, http_port=http, grpc_port=grpc, metrics_port=metrics,

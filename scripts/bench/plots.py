@@ -31,6 +31,16 @@ def read_rows(path: Path) -> list[dict]:
     return rows
 
 
+def _save(fig, path: Path) -> Path:
+    """Lay out, write (110 dpi) and close ``fig``; return ``path``."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot_all(rows: list[dict], out: Path, soak: list | None = None) -> list[Path]:
     import matplotlib
 
@@ -55,10 +65,7 @@ def plot_all(rows: list[dict], out: Path, soak: list | None = None) -> list[Path
     ax.set(xscale="log", xlabel="concurrent requests", ylabel="images/s", title="Throughput vs concurrency, 500x375 JPEGs")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=6)
-    fig.tight_layout()
-    written.append(out / "throughput_vs_concurrency.png")
-    fig.savefig(written[-1], dpi=110)
-    plt.close(fig)
+    written.append(_save(fig, out / "throughput_vs_concurrency.png"))
 
     fig, ax = plt.subplots(figsize=(9, 5.5))
     for label, rs in sorted(series.items()):
@@ -70,10 +77,7 @@ def plot_all(rows: list[dict], out: Path, soak: list | None = None) -> list[Path
            title="Latency percentiles vs concurrency, 500x375 JPEGs")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=5, ncol=2)
-    fig.tight_layout()
-    written.append(out / "latency_percentiles.png")
-    fig.savefig(written[-1], dpi=110)
-    plt.close(fig)
+    written.append(_save(fig, out / "latency_percentiles.png"))
 
     best: dict[tuple[str, str], float] = {}
     for r in rows:
@@ -96,20 +100,14 @@ def plot_all(rows: list[dict], out: Path, soak: list | None = None) -> list[Path
         for a in (a1, a2):
             a.grid(True, alpha=0.3)
             a.legend(fontsize=7)
-        fig.tight_layout()
-        written.append(out / "cost_vs_pixels.png")
-        fig.savefig(written[-1], dpi=110)
-        plt.close(fig)
+        written.append(_save(fig, out / "cost_vs_pixels.png"))
 
     if soak:
         fig, ax = plt.subplots(figsize=(8, 4))
         ax.plot([t for t, _ in soak], [m for _, m in soak], marker=".")
         ax.set(xlabel="seconds into the run", ylabel="GPU memory used (MiB)", title="GPU memory under constant load")
         ax.grid(True, alpha=0.3)
-        fig.tight_layout()
-        written.append(out / "soak_gpu_memory.png")
-        fig.savefig(written[-1], dpi=110)
-        plt.close(fig)
+        written.append(_save(fig, out / "soak_gpu_memory.png"))
     return written
 
 

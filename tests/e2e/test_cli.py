@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_ports
+from tritonprep.server import free_ports
 
 pytestmark = pytest.mark.e2e
 

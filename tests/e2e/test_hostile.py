@@ -32,23 +32,26 @@ def metrics(server) -> dict[str, float]:
     return {k: float(v) for k, v in re.findall(r"^(tritonprep_[^ ]+) ([0-9.e+-]+)$", server.metrics_text(), re.M)}
 
 
-def test_corpus_subset_through_the_server_matches_the_library(server, subset):
-    """Sent concurrently (so hostile and good images share dynamic batches): every request gets
-    exactly what the CPU executor gives for its image alone: the same tensor or the same error."""
+def library_results(items: list[Item]) -> list:
+    """What the CPU executor gives for each item's image alone (the reference)."""
     ex = CpuExecutor(PreprocessSpec())
     try:
-        local = [ex.run([it.data]) for it in subset]
+        return [ex.run([it.data]) for it in items]
     finally:
         ex.close()
-    before = metrics(server)
+
+
+def preprocess_concurrently(server, images: list[bytes], threads: int = 8) -> list:
+    """One ``preprocess`` request per image, ``threads`` at a time (so that they share dynamic
+    batches); each answer is the PIXELS array or the InferenceServerException."""
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
     sender = GrpcSender(server.options.grpc_url)
 
-    def call(item: Item):
-        import tritonclient.grpc as grpcclient
-        from tritonclient.utils import InferenceServerException
-
+    def call(data: bytes):
         arr = np.empty((1, 1), dtype=np.object_)
-        arr[0, 0] = item.data
+        arr[0, 0] = data
         inp = grpcclient.InferInput("IMAGE", [1, 1], "BYTES")
         inp.set_data_from_numpy(arr)
         try:
@@ -56,9 +59,19 @@ def test_corpus_subset_through_the_server_matches_the_library(server, subset):
         except InferenceServerException as e:
             return e
 
-    with ThreadPoolExecutor(8) as pool:
-        answers = list(pool.map(call, subset))
-    sender.close()
+    try:
+        with ThreadPoolExecutor(threads) as pool:
+            return list(pool.map(call, images))
+    finally:
+        sender.close()
+
+
+def test_corpus_subset_through_the_server_matches_the_library(server, subset):
+    """Sent concurrently (so hostile and good images share dynamic batches): every request gets
+    exactly what the CPU executor gives for its image alone: the same tensor or the same error."""
+    local = library_results(subset)
+    before = metrics(server)
+    answers = preprocess_concurrently(server, [it.data for it in subset])
     assert len(subset) >= 50
     for item, want, got in zip(subset, local, answers):
         if want.errors:

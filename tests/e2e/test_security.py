@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import MODEL_REPOSITORY, free_ports
+from tests.conftest import MODEL_REPOSITORY
+from tritonprep.server import free_ports
 from tritonprep.errors import ServerError
 from tritonprep.server import ADMIN_HEADER, GRPC_HEADER_PREFIX, RESTRICTED_APIS, EmbeddedServer, ServerOptions
 

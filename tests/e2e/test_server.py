@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import MODEL_REPOSITORY, free_ports
+from tests.conftest import MODEL_REPOSITORY
+from tritonprep.server import free_ports
 
 pytestmark = pytest.mark.e2e
 

@@ -10,47 +10,23 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from tests.e2e.test_hostile import metrics
+from tests.e2e.test_hostile import library_results, metrics, preprocess_concurrently
 from tests.gpu.test_gpu_server import gpu_server  # noqa: F401 - fixture
 
 LEVEL = 1 / 128  # one uint8 level after (x - 127) / 128
 
 
 def test_corpus_on_the_gpu_matches_the_cpu_executor(gpu_server):  # noqa: F811
-    import tritonclient.grpc as grpcclient
-    from tritonclient.utils import InferenceServerException
-
-    from scripts.loadgen import GrpcSender
     from tests.corpus import build
-    from tritonprep.executor import CpuExecutor
-    from tritonprep.spec import PreprocessSpec
 
     items = [it for it in build() if len(it.data) < 3_000_000]
-    ex = CpuExecutor(PreprocessSpec())
-    try:
-        local = [ex.run([it.data]) for it in items]
-    finally:
-        ex.close()
+    local = library_results(items)
     before = metrics(gpu_server)
-    sender = GrpcSender(gpu_server.options.grpc_url)
-
-    def call(data: bytes):
-        arr = np.empty((1, 1), dtype=np.object_)
-        arr[0, 0] = data
-        inp = grpcclient.InferInput("IMAGE", [1, 1], "BYTES")
-        inp.set_data_from_numpy(arr)
-        try:
-            return sender.client.infer("preprocess", [inp], client_timeout=60).as_numpy("PIXELS")
-        except InferenceServerException as e:
-            return e
-
-    with ThreadPoolExecutor(8) as pool:  # concurrent: hostile and good images share GPU batches
-        answers = list(pool.map(call, [it.data for it in items]))
-    sender.close()
+    # concurrent: hostile and good images share GPU batches
+    answers = preprocess_concurrently(gpu_server, [it.data for it in items])
 
     mismatches, worst = [], []
     for item, want, got in zip(items, local, answers):
