@@ -9,8 +9,9 @@ kill-stub, fail-instance and cuda-illegal-address run a supervised embedded serv
 threads sending one photo per request to the ``classify`` ensemble, break the preprocess
 instance after ``--warmup`` seconds, and report how long until requests succeed again and
 what the requests in flight and during the outage got. drain starts ``tritonprep serve``,
-sends requests that take ``--sleep`` seconds in preprocess, sends SIGTERM, and reports
-what they got and how long the launcher took to exit. ``--json FILE`` writes the figures.
+sends one request that holds preprocess for ``--sleep`` seconds and ``--clients`` - 1 that queue
+behind it, sends SIGTERM once all are inside preprocess (Triton's pending count plus tritonprep's
+executing gauge), and reports what they got and how long the launcher took to exit. ``--json FILE`` writes the figures.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -111,6 +113,7 @@ def break_and_recover(scenario: str, args: argparse.Namespace, workdir: Path) ->
         "server_ready_again_after_s": ready_t,
         "requests_succeed_again_after_s": None if recovered is None else round(recovered - t_break, 2),
         "in_preprocess_at_break": dict(Counter(o.category for o in slow)),
+        "in_preprocess_answered_after_s": round(max((o.end - t_break for o in slow), default=float("nan")), 2),
         "in_flight_at_break": dict(Counter(o.category for o in in_flight)),
         "during_outage": dict(Counter(o.category for o in outage)),
         "after_recovery": dict(Counter(o.category for o in after)),
@@ -148,15 +151,20 @@ def drain(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         outcomes: list[Outcome] = []
         lock = threading.Lock()
 
-        def slow(i: int) -> None:
+        def send(i: int) -> None:
+            # the first request holds the preprocess instance for --sleep seconds; the others queue
+            # behind it (plain photos, quick once they run, so none waits near the 2 s queue timeout)
+            image = faults.trigger(f"sleep:{args.sleep}", photo) if i == 0 else photo
             sender = GrpcSender(url)
-            o = sender.send("classify", [faults.trigger(f"sleep:{args.sleep}", photo)], "in-flight", args.timeout)
+            o = sender.send("classify", [image], "in-flight", args.timeout)
             sender.close()
             with lock:
                 outcomes.append(o)
 
-        threads = run_threads(args.clients, slow)
-        time.sleep(0.5)
+        threads = run_threads(1, send)
+        _wait_in_preprocess(metrics, 1, timeout_s=10)  # the holder is inside preprocess
+        threads += run_threads(args.clients - 1, lambda i: send(i + 1))
+        in_preprocess = _wait_in_preprocess(metrics, args.clients, timeout_s=args.sleep / 2)
         t_term = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         time.sleep(0.3)
@@ -171,6 +179,7 @@ def drain(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     return {
         "scenario": "drain",
         "in_flight_requests": args.clients,
+        "in_preprocess_at_sigterm": in_preprocess,
         "in_flight_outcomes": dict(Counter(o.category for o in outcomes)),
         "in_flight_latency_max_s": round(max(o.latency for o in outcomes), 2),
         "request_after_sigterm": late.category,
@@ -179,6 +188,23 @@ def drain(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         "launcher_exited_after_s": round(exited_after, 2),
         "exit_timeout_s": args.exit_timeout,
     }
+
+
+def _wait_in_preprocess(metrics_port: int, count: int, timeout_s: float) -> int:
+    """Wait until ``count`` requests are queued or executing in preprocess (Triton's pending count plus
+    tritonprep's executing gauge); return how many there are when the wait ends."""
+    url = f"http://127.0.0.1:{metrics_port}/metrics"
+    deadline = time.monotonic() + timeout_s
+    seen = 0
+    while True:
+        with urllib.request.urlopen(url, timeout=2) as r:  # noqa: S310 - localhost
+            text = r.read().decode()
+        seen = int(sum(float(line.rpartition(" ")[2]) for line in text.splitlines()
+                       if line.startswith(("nv_inference_pending_request_count", "tritonprep_executing_requests"))
+                       and 'model="preprocess"' in line))
+        if seen >= count or time.monotonic() > deadline:
+            return seen
+        time.sleep(0.05)
 
 
 def _ready(sender: GrpcSender) -> bool:
@@ -203,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--in-preprocess", type=int, default=2,
                         help="requests held inside preprocess (1.5 s) when it breaks")
     parser.add_argument("--grace", type=float, default=2.0, help="supervisor: seconds for in-flight requests")
-    parser.add_argument("--sleep", type=float, default=1.5, help="drain: seconds each in-flight request takes")
+    parser.add_argument("--sleep", type=float, default=1.5,
+                        help="drain: seconds the first in-flight request holds preprocess")
     parser.add_argument("--exit-timeout", type=int, default=30, help="drain: Triton's exit timeout (s)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)

@@ -9,8 +9,11 @@ times that rate for ``--seconds``, in ``--rounds`` rounds. Reported per round: h
 were served and how many rejected
 (by reason), how fast rejections came back (p50/p99), latency of the served ones, requests
 that got no answer before the client deadline (must be 0), and the resident memory of
-tritonserver and its stubs at peak and after (it must level off from one round to the
-next: bounded, not growing with the duration). ``--json FILE`` writes the figures.
+tritonserver and its stubs at peak and after. The peak must level off from one round to the
+next (bounded, not growing with the duration); the first round is the warm-up. The figure
+"after" is for reading only: tritonserver's resident memory right after a round swings by
+~75 MB from round to round as the allocator gives pages back or not. ``--json FILE`` writes
+the figures.
 """
 
 from __future__ import annotations
@@ -101,23 +104,31 @@ def _send_share(url: str, model: str, photo: bytes, rate: float, total: int, pha
 
 
 def open_loop(url: str, model: str, photo: bytes, rate: float, seconds: float, timeout_s: float,
-              server: Any, senders: int = 1) -> tuple[list[Outcome], int, float]:
+              server: Any, senders: int = 1) -> tuple[list[Outcome], dict[str, int], float]:
     """Send at ``rate`` per second for ``seconds`` from ``senders`` processes (one gRPC client each:
     one Python client cannot offer thousands of requests per second on time), without waiting for
-    answers; return the outcomes, the peak resident memory of the server meanwhile, and how far
-    the slowest sender fell behind its schedule (a large lag means the figures measure the
-    client, not the server)."""
+    answers; return the outcomes, the peak resident memory meanwhile (``total`` and each process,
+    sampled every 0.25 s), and how far the slowest sender fell behind its schedule (a large lag
+    means the figures measure the client, not the server)."""
     import multiprocessing as mp
 
     share = int(rate * seconds) // senders
-    peak = sum(memory(server).values())
+    peak: dict[str, int] = {}
+
+    def sample() -> None:
+        now = memory(server)
+        for key, value in [*now.items(), ("total", sum(now.values()))]:
+            peak[key] = max(peak.get(key, 0), value)
+
+    sample()
     with mp.get_context("spawn").Pool(senders) as pool:
         pending = pool.starmap_async(_send_share, [(url, model, photo, rate / senders, share, k / senders, timeout_s)
                                                    for k in range(senders)])
         while not pending.ready():
-            peak = max(peak, sum(memory(server).values()))
+            sample()
             pending.wait(0.25)
         results = pending.get()
+    sample()
     outcomes = [o for part, _ in results for o in part]
     return outcomes, peak, max(lag for _, lag in results)
 
@@ -165,7 +176,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "rejection_latency_p99_s": round(percentile(rejected, 99), 4),
             "served_latency_p50_s": round(percentile(served, 50), 3),
             "served_latency_p99_s": round(percentile(served, 99), 3),
-            "rss_peak_mb": round(peak / mb, 1),
+            "rss_peak_mb": round(peak["total"] / mb, 1),
+            "rss_peak_by_process_mb": {k: round(v / mb, 1) for k, v in peak.items() if k != "total"},
             "rss_after_mb": round(sum(mem_after.values()) / mb, 1),
             "rss_after_by_process_mb": {k: round(v / mb, 1) for k, v in mem_after.items()},
             "sample_errors": sorted({o.message for o in outcomes if o.message})[:3],
@@ -181,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="classify", choices=["classify", "preprocess"])
     parser.add_argument("--factor", type=float, default=10.0, help="offered load / capacity")
     parser.add_argument("--seconds", type=float, default=10.0, help="duration of each round of overload")
-    parser.add_argument("--rounds", type=int, default=2, help="rounds of overload (memory must plateau)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds of overload (the first warms up; the peak memory must plateau after it)")
     parser.add_argument("--clients", type=int, default=4, help="closed-loop threads measuring capacity")
     parser.add_argument("--capacity-seconds", type=float, default=5.0)
     parser.add_argument("--senders", type=int, default=max(1, min(8, (os.cpu_count() or 2) // 2)),

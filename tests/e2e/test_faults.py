@@ -126,14 +126,19 @@ def test_killed_stub_under_load_is_restarted(tmp_path):
     assert figures["client_threads_hung"] == 0
     assert sum(figures["in_preprocess_at_break"].values()) == 2
     assert "stub-dead" in figures["in_preprocess_at_break"], figures
-    assert set(figures["in_preprocess_at_break"]) <= {"stub-dead", "server-unavailable"}, figures
+    # the two slow requests share a batch or not (they arrive within the batcher's 1 ms or not): one
+    # queued behind the other can be answered by its 2 s queue timeout instead, also an error in time
+    assert set(figures["in_preprocess_at_break"]) <= {"stub-dead", "server-unavailable", "queue-timeout"}, figures
+    assert figures["in_preprocess_answered_after_s"] < 10, figures
     assert set(figures["after_recovery"]) == {"ok"} and figures["after_recovery"]["ok"] > 3
     assert figures["outage_latency_p99_s"] < 5.0  # the outage fails fast
 
 
 def test_sigterm_lets_in_flight_requests_finish(tmp_path):
-    """`tritonprep serve` gets SIGTERM while ensemble requests sit in preprocess: they complete."""
+    """`tritonprep serve` gets SIGTERM while ensemble requests sit in preprocess (one executing, three
+    queued behind it): they complete."""
     figures = drain(fault_args(clients=4, sleep=1.5, exit_timeout=30), tmp_path)
+    assert figures["in_preprocess_at_sigterm"] == 4, figures
     assert figures["in_flight_outcomes"] == {"ok": 4}, figures
     assert figures["launcher_exit_code"] == 0
     assert figures["launcher_exited_after_s"] < figures["exit_timeout_s"]

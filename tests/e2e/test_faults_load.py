@@ -14,7 +14,7 @@ pytestmark = pytest.mark.e2e
 
 
 def test_ten_times_overload_is_rejected_fast_and_memory_levels_off():
-    figures = overload(argparse.Namespace(model="classify", factor=10.0, seconds=4.0, rounds=2, clients=4,
+    figures = overload(argparse.Namespace(model="classify", factor=10.0, seconds=4.0, rounds=3, clients=4,
                                           capacity_seconds=3.0, timeout=30.0, senders=1))
     assert figures["capacity_req_per_s"] > 5
     for r in figures["rounds"]:
@@ -25,13 +25,15 @@ def test_ten_times_overload_is_rejected_fast_and_memory_levels_off():
         assert r["rejection_latency_p50_s"] < 0.1, r  # rejected at the door, not after waiting
         assert r["sender_max_lag_s"] < 1.0, r  # the client kept its schedule: the figures are the server's
         assert r["served_latency_p99_s"] < 15, r  # bounded queues bound the wait
-    # bounded: the second round does not grow what the first one left; the classifier stub is
-    # ONNX Runtime's arena, which keeps the largest batch it ran (bounded by its queue and
-    # max_batch_size, so only an absolute bound for it)
-    first, second = (r["rss_after_by_process_mb"] for r in figures["rounds"])
+    # bounded: after the first round (the warm-up) the peak of each process levels off. The
+    # classifier stub is ONNX Runtime's arena, which keeps the largest batch it ran (bounded by its
+    # queue and max_batch_size, so only an absolute bound for it). Memory right after a round is
+    # not compared: tritonserver's swings by ~75 MB from round to round (the allocator gives pages
+    # back or not), which a leak check must not mistake for growth.
+    second, third = (r["rss_peak_by_process_mb"] for r in figures["rounds"][1:])
     for process in ("tritonserver", "stub:preprocess", "stub:postprocess"):
-        assert second[process] - first[process] < 40, (process, figures)
-    assert second["stub:classifier"] < 2500, figures
+        assert third[process] - second[process] < 40, (process, figures)
+    assert third["tritonserver"] < 1000 and third["stub:classifier"] < 2500, figures
     assert figures["ready_after"] and figures["request_after_overload"] == "ok"
 
 
