@@ -18,6 +18,9 @@ from tritonprep import faults
 pytestmark = pytest.mark.e2e
 
 DEADLINE_S = 20.0
+# what a request sent while an instance is out of service may get: an error, in time (one that queued
+# behind the failed batch may be answered by its 2 s queue timeout while the server restarts)
+OUTAGE_ANSWERS = {"instance-failed", "stub-dead", "server-unavailable", "queue-timeout"}
 
 
 def fault_args(**kw: object) -> argparse.Namespace:
@@ -113,7 +116,8 @@ def test_fail_instance_answers_its_batch_then_the_server_restarts(tmp_path):
     assert figures["client_threads_hung"] == 0
     assert figures["requests_succeed_again_after_s"] is not None and figures["requests_succeed_again_after_s"] < 60
     assert set(figures["after_recovery"]) == {"ok"}
-    assert set(figures["during_outage"]) <= {"instance-failed", "stub-dead", "server-unavailable"}, figures
+    assert set(figures["during_outage"]) <= OUTAGE_ANSWERS, figures
+    assert figures["outage_latency_p99_s"] < 5.0, figures
 
 
 def test_killed_stub_under_load_is_restarted(tmp_path):
