@@ -17,6 +17,12 @@ Created through the Python backend's ``pb_utils.MetricFamily`` once per model in
                                                     CuPy's default device memory pool
                                                     (kind: used, total), when CuPy is loaded
 
+Every metric call of the Python backend is a round trip to the Triton process (~20-50 us,
+holding the GIL), four or five per batch. So recording only accumulates the values in this
+process, and a background thread sends them to Triton, coalesced, ``FLUSH_DELAY_S`` after
+the first change: the round trips leave the request path, and under load one send covers
+many batches. The metrics endpoint lags by at most that delay plus the sends.
+
 Recording a metric never fails a request: without ``MetricFamily`` (older Triton) or
 outside a stub, :class:`PreprocessMetrics` does nothing.
 """
@@ -25,7 +31,9 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 import time
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,18 +41,32 @@ log = logging.getLogger(__name__)
 
 #: seconds between samples of the CuPy pool gauges
 POOL_SAMPLE_S = 1.0
+#: seconds from the first recorded change to the send that carries it (and what comes meanwhile)
+FLUSH_DELAY_S = 0.02
 PATHS = ("cpu", "gpu_hw", "gpu_cuda", "cpu_fallback")
 REASONS = ("decode", "format", "limit", "invalid", "internal")
 BATCH_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
 
 
 class PreprocessMetrics:
-    """The counters and histogram of one preprocess model instance."""
+    """The counters, gauges and histogram of one preprocess model instance.
+
+    ``executing``, ``record_batch`` and ``record_rejections`` are called on the request path and
+    only update values in this process; the sender thread started here sends them (see the module
+    docstring). :meth:`close` sends what is left and stops it.
+    """
 
     def __init__(self, model: str, instance: str = "") -> None:
         self.model = model
         self.enabled = False
         self._pool_sampled = float("-inf")
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._closing = False
+        self._counts: Counter[tuple[str, str]] = Counter()  # (family, label value) -> increment to send
+        self._observations: list[float] = []
+        self._gauges: dict[str, float] = {}
+        self._send_failures = 0
         try:
             import triton_python_backend_utils as pb_utils
 
@@ -66,52 +88,101 @@ class PreprocessMetrics:
                            kind=family.GAUGE)
         pools = family(name="tritonprep_cupy_pool_bytes", description="CuPy memory pools of this instance",
                        kind=family.GAUGE)
-        self._families = (images, rejected, decode, batch, executing, pools)  # metrics live as long as their families
-        self._images = {p: images.Metric(labels={**labels, "path": p}) for p in PATHS}
-        self._rejected = {r: rejected.Metric(labels={**labels, "reason": r}) for r in REASONS}
-        self._images_family, self._rejected_family = images, rejected
-        self._decode = decode.Metric(labels=labels)
+        self._families = {"images": (images, "path"), "rejected": (rejected, "reason")}
+        self._all_families = (images, rejected, decode, batch, executing, pools)  # metrics live as long as these
+        self._counters: dict[tuple[str, str], Any] = {
+            **{("images", p): images.Metric(labels={**labels, "path": p}) for p in PATHS},
+            **{("rejected", r): rejected.Metric(labels={**labels, "reason": r}) for r in REASONS},
+            ("decode", ""): decode.Metric(labels=labels),
+        }
         self._batch = batch.Metric(labels=labels, buckets=BATCH_BUCKETS)
-        self._executing = executing.Metric(labels={**labels, "instance": instance})
-        self._pools = {kind: pools.Metric(labels={**labels, "instance": instance, "kind": kind})
-                       for kind in ("used", "total")}
+        self._gauge_metrics = {
+            "executing": executing.Metric(labels={**labels, "instance": instance}),
+            **{f"pool_{kind}": pools.Metric(labels={**labels, "instance": instance, "kind": kind})
+               for kind in ("used", "total")},
+        }
         self.enabled = True
+        self._sender = threading.Thread(target=self._send_loop, name=f"metrics-{instance or model}", daemon=True)
+        self._sender.start()
 
     def executing(self, n: int) -> None:
         """Set how many requests this instance is executing now."""
         if self.enabled:
-            self._executing.set(float(n))
-
-    def _metric(self, cache: dict[str, Any], family: Any, key: str, label: str) -> Any:
-        if key not in cache:  # a path or reason this version does not know yet
-            cache[key] = family.Metric(labels={"model": self.model, label: key})
-        return cache[key]
+            with self._lock:
+                self._gauges["executing"] = float(n)
+            self._wake.set()
 
     def record_batch(self, decoded_by: Mapping[str, int], timings: Mapping[str, float]) -> None:
         """Count decoded images by path and record the batch's timings."""
         if not self.enabled:
             return
-        for path, n in decoded_by.items():
-            if n:
-                self._metric(self._images, self._images_family, path, "path").increment(float(n))
-        if "decode_s" in timings:
-            self._decode.increment(float(timings["decode_s"]))
-        if "total_s" in timings:
-            self._batch.observe(float(timings["total_s"]))
         cupy = sys.modules.get("cupy")  # only if the executor loaded it: never import CuPy here
         now = time.monotonic()
-        # every metric call is a round trip to the Triton process (~20-50 us): sample the pool
-        # gauges at most once per POOL_SAMPLE_S instead of on every batch
-        if cupy is not None and now - self._pool_sampled >= POOL_SAMPLE_S:
+        pool = None
+        if cupy is not None and now - self._pool_sampled >= POOL_SAMPLE_S:  # read here: the pool is per device
             self._pool_sampled = now
-            pool = cupy.get_default_memory_pool()
-            self._pools["used"].set(float(pool.used_bytes()))
-            self._pools["total"].set(float(pool.total_bytes()))
+            mempool = cupy.get_default_memory_pool()
+            pool = (float(mempool.used_bytes()), float(mempool.total_bytes()))
+        with self._lock:
+            for path, n in decoded_by.items():
+                if n:
+                    self._counts["images", path] += float(n)
+            if "decode_s" in timings:
+                self._counts["decode", ""] += float(timings["decode_s"])
+            if "total_s" in timings:
+                self._observations.append(float(timings["total_s"]))
+            if pool is not None:
+                self._gauges["pool_used"], self._gauges["pool_total"] = pool
+        self._wake.set()
 
     def record_rejections(self, reasons: Mapping[str, int]) -> None:
         """Count refused images or requests by reason."""
-        if not self.enabled:
+        if not self.enabled or not any(reasons.values()):
             return
-        for reason, n in reasons.items():
-            if n:
-                self._metric(self._rejected, self._rejected_family, reason, "reason").increment(float(n))
+        with self._lock:
+            for reason, n in reasons.items():
+                if n:
+                    self._counts["rejected", reason] += float(n)
+        self._wake.set()
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Send what is recorded and stop the sender thread."""
+        if self.enabled and self._sender.is_alive():
+            self._closing = True
+            self._wake.set()
+            self._sender.join(timeout_s)
+
+    def _send_loop(self) -> None:
+        while True:
+            self._wake.wait()
+            if not self._closing:
+                time.sleep(FLUSH_DELAY_S)  # let what comes meanwhile ride along
+            self._wake.clear()
+            self._send()
+            if self._closing:
+                return
+
+    def _send(self) -> None:
+        """Send the accumulated values: one round trip per changed metric (one per histogram sample)."""
+        with self._lock:
+            counts, self._counts = self._counts, Counter()
+            observations, self._observations = self._observations, []
+            gauges, self._gauges = self._gauges, {}
+        try:
+            for key, value in counts.items():
+                self._counter(key).increment(value)
+            for value in observations:
+                self._batch.observe(value)
+            for key, value in gauges.items():
+                self._gauge_metrics[key].set(value)
+        except Exception as e:  # noqa: BLE001 - metrics never take the instance down; say so once
+            self._send_failures += 1
+            if self._send_failures == 1:
+                log.warning("sending custom metrics to Triton failed (%s: %s); later failures are not logged",
+                            type(e).__name__, e)
+
+    def _counter(self, key: tuple[str, str]) -> Any:
+        if key not in self._counters:  # a path or reason this version does not know yet
+            family, label = self._families[key[0]]
+            self._counters[key] = family.Metric(labels={"model": self.model, label: key[1]})
+        return self._counters[key]

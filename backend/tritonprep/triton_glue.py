@@ -411,7 +411,8 @@ class PreprocessModel:
         return responses
 
     def close(self) -> None:
-        """Release the executor's threads and device memory."""
+        """Send the last metrics; release the executor's threads and device memory."""
+        self.metrics.close()
         self.executor.close()
 
 

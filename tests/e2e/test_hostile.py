@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
@@ -12,6 +13,7 @@ import pytest
 from scripts.loadgen import GrpcSender
 from tests.corpus import Item, build
 from tritonprep.executor import CpuExecutor
+from tritonprep.metrics import FLUSH_DELAY_S
 from tritonprep.spec import PreprocessSpec
 
 pytestmark = pytest.mark.e2e
@@ -27,9 +29,23 @@ def subset() -> list[Item]:
     return [it for items in by_group.values() for it in items[:: max(1, len(items) // 6)][:6]]
 
 
-def metrics(server) -> dict[str, float]:
-    """tritonprep_* samples of the metrics endpoint: {'name{labels}': value}."""
-    return {k: float(v) for k, v in re.findall(r"^(tritonprep_[^ ]+) ([0-9.e+-]+)$", server.metrics_text(), re.M)}
+def metrics(server, settle_s: float = 10.0) -> dict[str, float]:
+    """tritonprep_* samples of the metrics endpoint, {'name{labels}': value}, once the counters
+    have stopped moving (the instance sends them in the background, FLUSH_DELAY_S after a change)."""
+    def read() -> dict[str, float]:
+        text = server.metrics_text()
+        return {k: float(v) for k, v in re.findall(r"^(tritonprep_[^ ]+) ([0-9.e+-]+)$", text, re.M)}
+
+    deadline = time.monotonic() + settle_s
+    last = read()
+    while time.monotonic() < deadline:
+        time.sleep(max(0.1, 5 * FLUSH_DELAY_S))
+        now = read()
+        if {k: v for k, v in now.items() if "_total" in k or "_count" in k} == \
+                {k: v for k, v in last.items() if "_total" in k or "_count" in k}:
+            return now
+        last = now
+    return last
 
 
 def library_results(items: list[Item]) -> list:
