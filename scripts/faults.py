@@ -25,14 +25,13 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from scripts.loadgen import GrpcSender, Outcome, images, percentile, report, run_threads, running_server
 from tritonprep import faults
-from tritonprep.server import free_ports
+from tritonprep.server import fetch_metrics, free_ports, in_flight
 from tritonprep.supervise import stub_processes
 
 log = logging.getLogger("faults")
@@ -193,15 +192,9 @@ def drain(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
 def _wait_in_preprocess(metrics_port: int, count: int, timeout_s: float) -> int:
     """Wait until ``count`` requests are queued or executing in preprocess (Triton's pending count plus
     tritonprep's executing gauge); return how many there are when the wait ends."""
-    url = f"http://127.0.0.1:{metrics_port}/metrics"
     deadline = time.monotonic() + timeout_s
-    seen = 0
     while True:
-        with urllib.request.urlopen(url, timeout=2) as r:  # noqa: S310 - localhost
-            text = r.read().decode()
-        seen = int(sum(float(line.rpartition(" ")[2]) for line in text.splitlines()
-                       if line.startswith(("nv_inference_pending_request_count", "tritonprep_executing_requests"))
-                       and 'model="preprocess"' in line))
+        seen = int(in_flight(fetch_metrics("127.0.0.1", metrics_port), "preprocess"))
         if seen >= count or time.monotonic() > deadline:
             return seen
         time.sleep(0.05)

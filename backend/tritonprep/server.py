@@ -175,6 +175,26 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
             s.close()
 
 
+def fetch_metrics(host: str, port: int, timeout: float = 2.0) -> str:
+    """Triton's Prometheus metrics text from ``host:port`` (the metrics endpoint is not a restricted API)."""
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=timeout) as r:  # noqa: S310 - localhost
+        return r.read().decode()
+
+
+#: the metrics whose sum is how many requests are queued (Triton) or inside a preprocess execute() (tritonprep)
+IN_FLIGHT_METRICS = ("nv_inference_pending_request_count", "tritonprep_executing_requests")
+
+
+def in_flight(metrics_text: str, model: str | None = None) -> float:
+    """Requests queued or executing according to ``metrics_text`` (all models, or only ``model``)."""
+    label = None if model is None else f'model="{model}"'
+    total = 0.0
+    for line in metrics_text.splitlines():
+        if line.startswith(IN_FLIGHT_METRICS) and (label is None or label in line):
+            total += float(line.rpartition(" ")[2])
+    return total
+
+
 def _die_with_parent() -> None:  # runs in the child between fork and exec
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -306,9 +326,7 @@ class EmbeddedServer:
 
     def metrics_text(self, timeout: float = 2.0) -> str:
         """Triton's Prometheus metrics (the metrics endpoint is not a restricted API)."""
-        url = f"http://{self.options.host}:{self.options.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 - localhost
-            return r.read().decode()
+        return fetch_metrics(self.options.host, self.options.metrics_port, timeout)
 
     def drain(self, timeout_s: float, quiet_s: float = 2.0) -> bool:
         """Wait until no request is queued or executing anywhere, for at most ``timeout_s``.
@@ -330,14 +348,10 @@ class EmbeddedServer:
                 text = self.metrics_text()
             except (urllib.error.URLError, OSError):
                 return False
-            busy, counters = 0.0, []
-            for line in text.splitlines():
-                name, _, value = line.rpartition(" ")
-                if name.startswith(("nv_inference_pending_request_count", "tritonprep_executing_requests")):
-                    busy += float(value)
-                elif name.startswith(("nv_inference_request_success", "nv_inference_request_failure",
-                                      "nv_inference_exec_count")):
-                    counters.append(float(value))
+            busy = in_flight(text)
+            counters = [float(line.rpartition(" ")[2]) for line in text.splitlines()
+                        if line.startswith(("nv_inference_request_success", "nv_inference_request_failure",
+                                            "nv_inference_exec_count"))]
             now = time.monotonic()
             if busy or tuple(counters) != last:
                 quiet_since, last = now, tuple(counters)

@@ -194,13 +194,18 @@ def image_responses(batch: ImageBatch, output: Any, errors: Mapping[int, Preproc
         if r in batch.request_errors:
             responses.append(error_response(str(batch.request_errors[r])))
             continue
-        try:
-            responses.append(_request_response(output, errors, start, stop, output_name))
-        except Exception as e:  # noqa: BLE001 - isolation boundary: this request fails, the others go on
-            log.exception("building the response of request %d of %d failed", r + 1, len(batch.spans))
-            responses.append(error_response(f"internal error building the response: {type(e).__name__}: {e}",
-                                            invalid_argument=False))
+        responses.append(_guarded_response(output, errors, start, stop, output_name, r, len(batch.spans)))
     return responses
+
+
+def _guarded_response(output: Any, errors: Mapping[int, PreprocessError], start: int, stop: int, output_name: str,
+                      r: int, n: int) -> Any:
+    """:func:`_request_response` for request ``r`` of ``n``; a failure while building it fails this request alone."""
+    try:
+        return _request_response(output, errors, start, stop, output_name)
+    except Exception as e:  # noqa: BLE001 - isolation boundary: this request fails, the others go on
+        log.exception("building the response of request %d of %d failed", r + 1, n)
+        return error_response(f"internal error building the response: {type(e).__name__}: {e}", invalid_argument=False)
 
 
 # ---------------------------------------------------------------------- instance health
@@ -402,12 +407,8 @@ class PreprocessModel:
             elif res.failure is not None:
                 responses.append(error_response(str(res.failure), invalid_argument=isinstance(res.failure, ImageError)))
             else:
-                try:
-                    responses.append(_request_response(res.output, res.errors, 0, stop - start, self.output_name))
-                except Exception as e:  # noqa: BLE001 - isolation boundary, as in image_responses
-                    log.exception("building the response of request %d failed", r + 1)
-                    responses.append(error_response(f"internal error building the response: {e}",
-                                                    invalid_argument=False))
+                responses.append(_guarded_response(res.output, res.errors, 0, stop - start, self.output_name,
+                                                   r, len(batch.spans)))
         return responses
 
     def close(self) -> None:

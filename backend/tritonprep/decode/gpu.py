@@ -161,8 +161,9 @@ class GpuDecoder:
         results: list[DecodedImage | None] = [None] * len(data)
         todo = list(range(len(data)))
         if self._hw_cut is not None and self._side is not None and len(todo) > 1:
-            hw = [i for i in todo if zlib.crc32(data[i][-256:]) % 1000 < self._hw_cut]
-            cuda = [i for i in todo if zlib.crc32(data[i][-256:]) % 1000 >= self._hw_cut]
+            to_hw = {i: zlib.crc32(data[i][-256:]) % 1000 < self._hw_cut for i in todo}
+            hw = [i for i in todo if to_hw[i]]
+            cuda = [i for i in todo if not to_hw[i]]
             side = self._side.submit(self._run_stage, 1, data, cuda, results) if cuda else None
             rest = self._run_stage(0, data, hw, results) if hw else []
             if side is not None:
