@@ -1,7 +1,9 @@
 # tritonprep: every target sets up what it needs (idempotent; quick the second time).
 #   make demo    - start the embedded server, classify real photos over gRPC and HTTP, stop
 #   make serve   - embedded Triton server with the sample classifier on localhost:8000/8001/8002
-#   make test    - the test suite (starts real tritonserver processes; GPU tests skip without a GPU)
+#   make test    - lint (ruff check + format check), then the test suite (real tritonserver processes;
+#                  GPU tests skip without a GPU)
+#   make lint    - ruff only; make format rewrites the files
 #   make model   - export EfficientNet-Lite0 to model_repository/classifier/1/model.onnx
 PYTHON      ?= python3
 VENV        ?= .venv
@@ -12,7 +14,7 @@ PIP_FLAGS   ?= -q --disable-pip-version-check
 ONNX        := model_repository/classifier/1/model.onnx
 PYTEST_ARGS ?=
 
-.PHONY: setup model demo serve test test-gpu clean
+.PHONY: setup model demo serve lint format test test-gpu clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -38,10 +40,18 @@ demo: setup model
 serve: setup model
 	$(VENV)/bin/tritonprep serve
 
-test: setup model
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: setup
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+test: lint model
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
-# GPU tests and the fidelity report on the GPU machine (see scripts/device/README.md)
+# GPU tests on a machine with a GPU (this workplace's GPU machine: scripts/device/gpu_full.sh, see the README)
 test-gpu: setup model
 	$(VENV)/bin/python -m pytest -m gpu $(PYTEST_ARGS)
 

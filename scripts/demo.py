@@ -25,8 +25,12 @@ def write_photos(folder: Path) -> list[Path]:
     from skimage import data
 
     folder.mkdir(parents=True, exist_ok=True)
-    photos = [("chelsea.jpg", data.chelsea()), ("coffee.png", data.coffee()), ("astronaut.jpg", data.astronaut()),
-              ("rocket.jpg", data.rocket())]
+    photos = [
+        ("chelsea.jpg", data.chelsea()),
+        ("coffee.png", data.coffee()),
+        ("astronaut.jpg", data.astronaut()),
+        ("rocket.jpg", data.rocket()),
+    ]
     paths = []
     for name, arr in photos:
         path = folder / name
@@ -45,13 +49,15 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
 
     from tritonprep.errors import ServerError
-    from tritonprep.server import EmbeddedServer, ServerOptions
+    from tritonprep.launcher.options import ServerOptions
+    from tritonprep.launcher.process import EmbeddedServer
 
     targets = [str(p) for p in args.paths] or [str(REPO / ".cache" / "photos")]
     if not args.paths:
         write_photos(REPO / ".cache" / "photos")
-    options = ServerOptions(REPO / "model_repository", http_port=args.http_port, grpc_port=args.grpc_port,
-                            metrics_port=args.metrics_port)
+    options = ServerOptions(
+        REPO / "model_repository", http_port=args.http_port, grpc_port=args.grpc_port, metrics_port=args.metrics_port
+    )
     log_path = REPO / ".cache" / "tritonserver.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_path.write_text("")
@@ -63,7 +69,9 @@ def main(argv: list[str] | None = None) -> int:
             log.info("$ tritonprep classify %s --url %s", " ".join(targets), options.grpc_url)
             code = subprocess.call([str(cli), "classify", *targets, "--url", options.grpc_url])
             log.info("$ tritonprep classify %s --url %s --json --top-k 1", " ".join(targets), options.http_url)
-            code |= subprocess.call([str(cli), "classify", *targets, "--url", options.http_url, "--json", "--top-k", "1"])
+            code |= subprocess.call(
+                [str(cli), "classify", *targets, "--url", options.http_url, "--json", "--top-k", "1"]
+            )
     except ServerError as e:
         log.error("%s", e)
         return 1

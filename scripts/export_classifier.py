@@ -100,7 +100,9 @@ def export(output: Path, opset: int) -> None:
         if top1[0] not in (281, 282, 285) or top1[1] != 967:
             raise SystemExit(f"sanity check failed: chelsea/coffee classified as {top1}, expected a cat and espresso")
         tmp_path.replace(output)
-    meta_path.write_text(json.dumps({"source": meta, "onnx_sha256": sha256(output), "max_abs_diff_vs_torch": diff}, indent=2))
+    meta_path.write_text(
+        json.dumps({"source": meta, "onnx_sha256": sha256(output), "max_abs_diff_vs_torch": diff}, indent=2)
+    )
     log.info("wrote %s (%.1f MB)", output, output.stat().st_size / 1e6)
 
 

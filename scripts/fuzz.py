@@ -3,13 +3,13 @@
     python -m scripts.fuzz --runs 20000            # about a minute on 2 cores
     python -m scripts.fuzz --seconds 3600          # the longer run (an hour)
 
-The target is :func:`tritonprep.decode.cpu.decode_rgb` (sniffing, limits, header parsers,
+The target is :func:`tritonprep.decode.pillow.decode_rgb` (sniffing, limits, header parsers,
 JPEG marker walk, Pillow decode, EXIF orientation, colour conversion) with the default
 limits. Every input must either decode to an ``(h, w, 3)`` uint8 array or raise an
 :class:`~tritonprep.errors.ImageError`; anything else is a crash (its input and traceback
 are saved under ``--artifacts``), and so is an input that takes longer than ``--timeout``
 seconds (libFuzzer's hang detection). Tritonprep's and Pillow's Python code are
-instrumented; the seeds are the small items of the hostile-input corpus (tests/corpus.py).
+instrumented; the seeds are the small items of the hostile-input corpus (tritonprep_testkit.corpus).
 
 The script runs the fuzzer in a child process and then prints: inputs tried, crashes,
 hangs, and the p50/p99 time to reject an input against the p50/p99 time to decode one
@@ -36,7 +36,7 @@ MAX_SEED = 65536
 
 def write_seeds(folder: Path) -> int:
     """The corpus items of at most MAX_SEED bytes, as files; returns how many."""
-    from tests.corpus import build
+    from tritonprep_testkit.corpus import build
 
     n = 0
     for item in build():
@@ -84,7 +84,7 @@ def fuzz_child(argv: list[str], stats_path: Path, artifacts: Path) -> None:
     import atheris
 
     with atheris.instrument_imports(include=["tritonprep", "PIL"]):
-        from tritonprep.decode.cpu import decode_rgb
+        from tritonprep.decode.pillow import decode_rgb
         from tritonprep.errors import ImageError
         from tritonprep.spec import Limits
 
@@ -116,13 +116,16 @@ def valid_times(repeat: int = 10) -> list[float]:
     the reference for 'time to decode a valid image'."""
     from skimage import data
 
-    from tests.corpus import encode
-    from tritonprep.decode.cpu import decode_rgb
+    from tritonprep.decode.pillow import decode_rgb
     from tritonprep.spec import Limits
+    from tritonprep_testkit.corpus import encode
 
     photos = [data.chelsea(), data.coffee(), data.astronaut(), data.rocket()]
-    files = [encode(p, "JPEG", quality=90) for p in photos] + [encode(p, "PNG") for p in photos] + \
-        [encode(p, "WEBP", quality=90) for p in photos]
+    files = (
+        [encode(p, "JPEG", quality=90) for p in photos]
+        + [encode(p, "PNG") for p in photos]
+        + [encode(p, "WEBP", quality=90) for p in photos]
+    )
     times = []
     for _ in range(repeat):
         for f in files:
@@ -143,17 +146,34 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         artifacts = args.artifacts.resolve()
         artifacts.mkdir(parents=True, exist_ok=True)
         stats_path = work / "stats.json"
-        lib_args = [f"-max_len={MAX_SEED}", f"-timeout={args.timeout}", f"-rss_limit_mb={args.rss_limit_mb}",
-                    f"-seed={args.seed}", f"-artifact_prefix={artifacts}/", "-print_final_stats=1"]
+        lib_args = [
+            f"-max_len={MAX_SEED}",
+            f"-timeout={args.timeout}",
+            f"-rss_limit_mb={args.rss_limit_mb}",
+            f"-seed={args.seed}",
+            f"-artifact_prefix={artifacts}/",
+            "-print_final_stats=1",
+        ]
         if args.runs:
             lib_args.append(f"-runs={args.runs}")
         if args.seconds:
             lib_args.append(f"-max_total_time={int(args.seconds)}")
-        cmd = [sys.executable, "-m", "scripts.fuzz", "--child", str(stats_path), str(artifacts), "--", *lib_args,
-               str(live), str(seeds)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "scripts.fuzz",
+            "--child",
+            str(stats_path),
+            str(artifacts),
+            "--",
+            *lib_args,
+            str(live),
+            str(seeds),
+        ]
         start = time.monotonic()
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False,
-                              timeout=(args.seconds or 3600 * 24) + 600)
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, check=False, timeout=(args.seconds or 3600 * 24) + 600
+        )
         elapsed = time.monotonic() - start
         (artifacts / "libfuzzer.log").write_text(proc.stderr)
         stats = json.loads(stats_path.read_text()) if stats_path.exists() else {"times": {}, "crashes": 0}
@@ -166,8 +186,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         return round(float(np.percentile(values, q)) * ms, 3) if values else float("nan")
 
     hangs = proc.stderr.count("ALARM: working on the last Unit") + proc.stderr.count("-timeout")
-    executed = next((line.split()[-1] for line in proc.stderr.splitlines() if "stat::number_of_executed_units" in line),
-                    None)
+    executed = next(
+        (line.split()[-1] for line in proc.stderr.splitlines() if "stat::number_of_executed_units" in line), None
+    )
     return {
         "seeds": n_seeds,
         "inputs_tried": int(executed) if executed else len(rejected) + len(decoded) + stats["crashes"],
@@ -206,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.runs and not args.seconds:
         args.runs = 20000
     figures = run(args)
-    from scripts.loadgen import report  # not at the top: the fuzzing child instruments tritonprep's imports
+    from tritonprep_testkit.loadgen import report  # not at the top: the fuzzing child instruments tritonprep's imports
 
     report(figures, args.json)
     return 1 if figures["crashes"] or figures["hangs_or_fuzzer_errors"] else 0

@@ -11,7 +11,7 @@ Sections, each against the CPU reference (Pillow / libjpeg-turbo, the CPU execut
   4. throughput on 500x375 q90 JPEGs: nvImageCodec decode alone, the kernel alone, and the
      whole GPU executor (decode + kernel + sync), at batch 64 and 256.
 
-    python scripts/gpu_report.py --out report.md [--onnx model_repository/classifier/1/model.onnx]
+    python -m scripts.gpu_report --out report.md [--onnx model_repository/classifier/1/model.onnx]
 """
 
 from __future__ import annotations
@@ -29,16 +29,17 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_images  # noqa: E402
+from tritonprep_testkit import photos as bench_images
+from tritonprep_testkit.compare import agreement, mean_abs_diff
+from tritonprep_testkit.servers import ONNX
 
 log = logging.getLogger("gpu_report")
-REPO = Path(__file__).resolve().parent.parent
 
 
-def agreement(a: np.ndarray, b: np.ndarray) -> tuple[float, float, int]:
-    d = np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))
-    return float((d <= 1.0 + 1e-3).mean() * 100), float(d.mean()), int(np.ceil(d.max() - 1e-3))
+def agreement_pct(a: np.ndarray, b: np.ndarray) -> tuple[float, float, int]:
+    """(% of values within 1, mean |a - b|, max |a - b|)."""
+    within, worst = agreement(a, b)
+    return within * 100, mean_abs_diff(a, b), worst
 
 
 def environment(cp) -> list[str]:
@@ -63,45 +64,62 @@ def environment(cp) -> list[str]:
 
 
 def resize_section(cp, photos: dict[str, np.ndarray]) -> list[str]:
-    from tritonprep.executor import normalize_window, resize_pil
+    from tritonprep.executors.cpu import normalize_window, resize_pil
+    from tritonprep.executors.gpu import resize_into
     from tritonprep.geometry import plan_resize
-    from tritonprep.kernels import ops
     from tritonprep.spec import PreprocessSpec
 
-    lines = ["## 1. Resize: fused kernel vs Pillow (same uint8 pixels)", "",
-             "| filter | rule | photo | source | resized to | factor | within ±1 | max abs diff |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "## 1. Resize: fused kernel vs Pillow (same uint8 pixels)",
+        "",
+        "| filter | rule | photo | source | resized to | factor | within ±1 | max abs diff |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     stream = cp.cuda.Stream(non_blocking=True)
-    configs = [(f, s, {"resize_shorter": s, "output_height": min(224, s), "output_width": min(224, s)})
-               for f in ("bilinear", "bicubic") for s in (64, 128, 256, 512, 1024)]
-    configs += [(f, "stretch", {"resize": "stretch", "output_height": 300, "output_width": 500}) for f in ("bilinear", "bicubic")]
+    configs = [
+        (f, s, {"resize_shorter": s, "output_height": min(224, s), "output_width": min(224, s)})
+        for f in ("bilinear", "bicubic")
+        for s in (64, 128, 256, 512, 1024)
+    ]
+    configs += [
+        (f, "stretch", {"resize": "stretch", "output_height": 300, "output_width": 500})
+        for f in ("bilinear", "bicubic")
+    ]
     worst = 100.0
     for interp, label, kw in configs:
         spec = PreprocessSpec(interpolation=interp, mean=(0, 0, 0), std=(1, 1, 1), **kw)
         arrays = list(photos.values())
         with stream:
             dev = [cp.asarray(a) for a in arrays]
-            srcs = [(d.data.ptr, a.shape[1], a.shape[0], a.shape[1] * 3) for d, a in zip(dev, arrays)]
+            srcs = {
+                i: (d.data.ptr, a.shape[1], a.shape[0], a.shape[1] * 3) for i, (d, a) in enumerate(zip(dev, arrays))
+            }
             plans = [plan_resize(spec, a.shape[1], a.shape[0]) for a in arrays]
             out = cp.empty((len(arrays),) + spec.output_shape, np.float32)
-            ptrs, meta = ops.pack_meta(srcs, plans, list(range(len(arrays))))
-            ops.launch_resize_normalize(spec, ptrs, meta, out, stream)
+            resize_into(spec, srcs, out, stream)
             stream.synchronize()
             got = out.get()
         for (name, arr), g, plan in zip(photos.items(), got, plans):
             pixels, ox, oy = resize_pil(spec, Image.fromarray(arr))
-            within, _, mx = agreement(g, normalize_window(spec, pixels, ox, oy))
+            within, _, mx = agreement_pct(g, normalize_window(spec, pixels, ox, oy))
             worst = min(worst, within)
             factor = arr.shape[1] / plan.resized_w
             rule = f"shorter side {label}" if label != "stretch" else "stretch 500x300"
-            lines.append(f"| {interp} | {rule} | {name} | {arr.shape[1]}x{arr.shape[0]} | {plan.resized_w}x{plan.resized_h} "
-                         f"| {factor:.2f}x {'down' if factor > 1 else 'up'} | {within:.4f} % | {mx} |")
+            lines.append(
+                f"| {interp} | {rule} | {name} | {arr.shape[1]}x{arr.shape[0]} | {plan.resized_w}x{plan.resized_h} "
+                f"| {factor:.2f}x {'down' if factor > 1 else 'up'} | {within:.4f} % | {mx} |"
+            )
     lines += ["", f"Lowest share within ±1: **{worst:.4f} %** (bar: ≥ 99.9 %).", ""]
     return lines
 
 
 def decode_section(cp, nv, photos: dict[str, np.ndarray]) -> list[str]:
-    lines = ["## 2. Decode: nvImageCodec vs Pillow (libjpeg-turbo), quality-90 JPEGs", "",
-             "| decoder | fancy upsampling | image | decoded | mean abs diff | max abs diff | within ±1 |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "## 2. Decode: nvImageCodec vs Pillow (libjpeg-turbo), quality-90 JPEGs",
+        "",
+        "| decoder | fancy upsampling | image | decoded | mean abs diff | max abs diff | within ±1 |",
+        "|---|---|---|---|---|---|---|",
+    ]
     jpegs = {f"{k} {a.shape[1]}x{a.shape[0]}": bench_images_encode(a) for k, a in photos.items()}
     jpegs.update({f"500x375 #{i}": b for i, b in enumerate(bench_images.make_jpegs(500, 375, 3, seed=11))})
     ref = {k: np.asarray(Image.open(io.BytesIO(v)).convert("RGB")) for k, v in jpegs.items()}
@@ -109,8 +127,11 @@ def decode_section(cp, nv, photos: dict[str, np.ndarray]) -> list[str]:
     for kind in ("HW_GPU_ONLY", "GPU_ONLY"):
         for fancy in (False, True):
             try:
-                dec = nv.Decoder(device_id=0, backends=[nv.Backend(getattr(nv.BackendKind, kind))],
-                                 options=":fancy_upsampling=1" if fancy else "")
+                dec = nv.Decoder(
+                    device_id=0,
+                    backends=[nv.Backend(getattr(nv.BackendKind, kind))],
+                    options=":fancy_upsampling=1" if fancy else "",
+                )
             except RuntimeError as e:
                 lines.append(f"| {kind} | {fancy} | - | decoder unavailable: {e} | | | |")
                 continue
@@ -122,24 +143,22 @@ def decode_section(cp, nv, photos: dict[str, np.ndarray]) -> list[str]:
                     lines.append(f"| {kind} | {fancy} | {k} | None (not decoded) | | | |")
                     continue
                 got = cp.asarray(img).get()
-                within, mean, mx = agreement(got, ref[k])
+                within, mean, mx = agreement_pct(got, ref[k])
                 lines.append(f"| {kind} | {fancy} | {k} | yes | {mean:.3f} | {mx} | {within:.2f} % |")
     lines.append("")
     return lines
 
 
 def bench_images_encode(arr: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(arr).save(buf, "JPEG", quality=90, subsampling="4:2:0")
-    return buf.getvalue()
+    return bench_images.encode(arr, "JPEG", quality=90, subsampling="4:2:0")
 
 
 def end_to_end_section(cp, photos: dict[str, np.ndarray], onnx: Path) -> list[str]:
     import onnxruntime as ort
 
-    from tritonprep.executor import CpuExecutor
-    from tritonprep.gpu import GpuExecutor
-    from tritonprep.postprocess import imagenet_labels, softmax
+    from tritonprep.classifier.postprocess import imagenet_labels, softmax
+    from tritonprep.executors.cpu import CpuExecutor
+    from tritonprep.executors.gpu import GpuExecutor
     from tritonprep.spec import PreprocessSpec
 
     labels = imagenet_labels()
@@ -153,17 +172,28 @@ def end_to_end_section(cp, photos: dict[str, np.ndarray], onnx: Path) -> list[st
     c = CpuExecutor(spec).run(list(images.values()))
     pg = softmax(session.run(["logits"], {"input": g.output.get()})[0])
     pc = softmax(session.run(["logits"], {"input": c.output})[0])
-    lines = ["## 3. End to end: EfficientNet-Lite0 on GPU- vs CPU-preprocessed input", "",
-             "| image | top-1 GPU path | top-1 CPU path | same | max abs delta p |", "|---|---|---|---|---|"]
+    lines = [
+        "## 3. End to end: EfficientNet-Lite0 on GPU- vs CPU-preprocessed input",
+        "",
+        "| image | top-1 GPU path | top-1 CPU path | same | max abs delta p |",
+        "|---|---|---|---|---|",
+    ]
     same_all, worst = True, 0.0
     for k, a, b in zip(images, pg, pc):
         same = int(a.argmax()) == int(b.argmax())
         same_all &= same
         dp = float(np.abs(a - b).max())
         worst = max(worst, dp)
-        lines.append(f"| {k} | {labels[a.argmax()]} ({a.max():.3f}) | {labels[b.argmax()]} ({b.max():.3f}) | {'yes' if same else 'NO'} | {dp:.4f} |")
-    lines += ["", f"Top-1 identical on all {len(images)} images: **{'yes' if same_all else 'no'}**; "
-                  f"max |Δp| = **{worst:.4f}** (bar: ≤ 0.01).", ""]
+        lines.append(
+            f"| {k} | {labels[a.argmax()]} ({a.max():.3f}) | {labels[b.argmax()]} ({b.max():.3f}) "
+            f"| {'yes' if same else 'NO'} | {dp:.4f} |"
+        )
+    lines += [
+        "",
+        f"Top-1 identical on all {len(images)} images: **{'yes' if same_all else 'no'}**; "
+        f"max |Δp| = **{worst:.4f}** (bar: ≤ 0.01).",
+        "",
+    ]
     return lines
 
 
@@ -182,18 +212,23 @@ def timed(fn, reps: int) -> float:
 
 
 def throughput_section(cp, nv) -> list[str]:
-    from tritonprep.gpu import GpuExecutor
-    from tritonprep.kernels import ops
-    from tritonprep.geometry import plan_resize
+    from tritonprep.decode import validate
+    from tritonprep.executors.gpu import GpuExecutor, resize_into
     from tritonprep.spec import PreprocessSpec
 
     jpegs = bench_images.make_jpegs(500, 375, 256, seed=1)
     spec = PreprocessSpec()
     stream = cp.cuda.Stream(non_blocking=True)
-    lines = ["## 4. Throughput, 500x375 q90 JPEGs (mean %.1f KB), one process, one stream" % (sum(map(len, jpegs)) / 256e3), "",
-             "| stage | batch | ms per batch | images/s |", "|---|---|---|---|"]
-    for label, backends in (("decode: nvImageCodec hardware decoder", ["HW_GPU_ONLY"]),
-                            ("decode: nvImageCodec CUDA/hybrid decoder", ["GPU_ONLY", "HYBRID_CPU_GPU"])):
+    lines = [
+        "## 4. Throughput, 500x375 q90 JPEGs (mean %.1f KB), one process, one stream" % (sum(map(len, jpegs)) / 256e3),
+        "",
+        "| stage | batch | ms per batch | images/s |",
+        "|---|---|---|---|",
+    ]
+    for label, backends in (
+        ("decode: nvImageCodec hardware decoder", ["HW_GPU_ONLY"]),
+        ("decode: nvImageCodec CUDA/hybrid decoder", ["GPU_ONLY", "HYBRID_CPU_GPU"]),
+    ):
         try:
             dec = nv.Decoder(device_id=0, backends=[nv.Backend(getattr(nv.BackendKind, b)) for b in backends])
         except RuntimeError as e:
@@ -203,42 +238,42 @@ def throughput_section(cp, nv) -> list[str]:
         for bs in (64, 256):
             batch = jpegs[:bs]
 
-            def run() -> None:
+            def run(dec=dec, batch=batch, params=params) -> None:
                 dec.decode([nv.CodeStream(b) for b in batch], params=params, cuda_stream=stream.ptr)
                 stream.synchronize()
 
             t = timed(run, 10)
             lines.append(f"| {label} | {bs} | {t * 1e3:.2f} | {bs / t:,.0f} |")
     # kernel alone on decoded images
-    from tritonprep.decode.gpu import GpuDecoder
+    from tritonprep.decode.nvimgcodec import GpuDecoder
 
     staged = GpuDecoder(0, stream)
     for bs in (64, 256):
         imgs = staged.decode(jpegs[:bs])
-        srcs = [(im.ptr, im.width, im.height, im.pitch) for im in imgs]
-        plans = [plan_resize(spec, s[1], s[2]) for s in srcs]
-        ptrs, meta = ops.pack_meta(srcs, plans, list(range(bs)))
+        srcs = {i: (im.ptr, im.width, im.height, im.pitch) for i, im in enumerate(imgs)}
         out = cp.empty((bs,) + spec.output_shape, np.float32)
         start, end = cp.cuda.Event(), cp.cuda.Event()
-        ops.launch_resize_normalize(spec, ptrs, meta, out, stream)
+        resize_into(spec, srcs, out, stream)
         stream.synchronize()
         start.record(stream)
         for _ in range(50):
-            ops.launch_resize_normalize(spec, ptrs, meta, out, stream)
+            resize_into(spec, srcs, out, stream)
         end.record(stream)
         end.synchronize()
         ms = cp.cuda.get_elapsed_time(start, end) / 50
-        lines.append(f"| kernel: resize+crop+normalize (GPU time, incl. arg upload) | {bs} | {ms:.3f} | {bs / ms * 1e3:,.0f} |")
+        lines.append(
+            f"| kernel: resize+crop+normalize (GPU time, incl. arg upload) | {bs} | {ms:.3f} | {bs / ms * 1e3:,.0f} |"
+        )
     with GpuExecutor(spec, 0) as ex:
         for bs in (64, 256):
-            t = timed(lambda: ex.run(jpegs[:bs]), 10)
+            t = timed(lambda bs=bs: ex.run(jpegs[:bs]), 10)
             lines.append(f"| GPU executor: checks + decode + kernel + sync | {bs} | {t * 1e3:.2f} | {bs / t:,.0f} |")
         t0 = time.perf_counter()
         for _ in range(10):
             for j in jpegs[:256]:
-                ex._check(j)
+                validate(j, spec.limits)
         lines.append(f"| (of which host header checks) | 256 | {(time.perf_counter() - t0) / 10 * 1e3:.2f} | |")
-    from tritonprep.executor import CpuExecutor
+    from tritonprep.executors.cpu import CpuExecutor
 
     cpu = CpuExecutor(spec)
     t = timed(lambda: cpu.run(jpegs[:64]), 2)
@@ -250,25 +285,28 @@ def throughput_section(cp, nv) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--onnx", type=Path, default=REPO / "model_repository" / "classifier" / "1" / "model.onnx")
+    parser.add_argument("--onnx", type=Path, default=ONNX)
     parser.add_argument("--sections", default="resize,decode,e2e,throughput")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     import cupy as cp
     from nvidia import nvimgcodec as nv
-    from skimage import data
 
-    photos = {"chelsea": data.chelsea(), "coffee": data.coffee(), "astronaut": data.astronaut(), "rocket": data.rocket()}
+    photos = bench_images.load_photos()
     lines = ["# tritonprep GPU engine: fidelity and throughput", "", *environment(cp), ""]
     sections = args.sections.split(",")
-    for name, fn in (("resize", lambda: resize_section(cp, photos)), ("decode", lambda: decode_section(cp, nv, photos)),
-                     ("e2e", lambda: end_to_end_section(cp, photos, args.onnx)), ("throughput", lambda: throughput_section(cp, nv))):
+    for name, fn in (
+        ("resize", lambda: resize_section(cp, photos)),
+        ("decode", lambda: decode_section(cp, nv, photos)),
+        ("e2e", lambda: end_to_end_section(cp, photos, args.onnx)),
+        ("throughput", lambda: throughput_section(cp, nv)),
+    ):
         if name in sections:
             t0 = time.perf_counter()
             lines += fn()
             log.info("section %s done in %.1f s", name, time.perf_counter() - t0)
             args.out.write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))  # noqa: T201 - the report is this script's output
+    sys.stdout.write("\n".join(lines) + "\n")  # the report is this script's output
     return 0
 
 

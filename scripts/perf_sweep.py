@@ -7,7 +7,7 @@ request payload, sent round-robin), runs one perf_analyzer measurement per
 images/s, p50/p90/p99 latency, and the server-side queue / compute split that
 perf_analyzer reads from Triton's statistics. All rows go to one CSV.
 
-    python scripts/perf_sweep.py --images .cache/images/500x375 -m classify \\
+    python -m scripts.perf_sweep --images .cache/images/500x375 -m classify \\
         --protocol grpc,http --batch 1,8 --concurrency 1,4,16,64 --out perf-results/
 
 The embedded server and the compose file restrict the model-config and statistics APIs
@@ -15,7 +15,7 @@ The embedded server and the compose file restrict the model-config and statistic
 ``--admin-key-file`` or ``$TRITONPREP_ADMIN_KEY``, and the sweep hands perf_analyzer the
 right ``-H`` header per protocol.
 
-Image files: ``python scripts/bench_images.py --size 500x375 --count 256 --out DIR``.
+Image files: ``python -m scripts.bench_images --size 500x375 --count 256 --out DIR``.
 Needs ``perf_analyzer`` on PATH (``pip install perf-analyzer``; manylinux_2_38, so a recent
 distribution or NVIDIA's ``tritonserver:<ver>-py3-sdk`` image).
 """
@@ -36,7 +36,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tritonprep.server import ADMIN_HEADER, ADMIN_KEY_ENV, GRPC_HEADER_PREFIX
+from tritonprep.launcher.options import ADMIN_HEADER, ADMIN_KEY_ENV, GRPC_HEADER_PREFIX
 
 log = logging.getLogger("perf_sweep")
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
@@ -64,21 +64,21 @@ class Row:
 
 def write_input_data(images: list[bytes], path: Path, input_name: str = "IMAGE") -> None:
     """perf_analyzer JSON: one entry per image, BYTES as base64 of Triton's length-prefixed element."""
-    data = [{input_name: {"b64": base64.b64encode(struct.pack("<I", len(b)) + b).decode(), "shape": [1]}} for b in images]
+    data = [
+        {input_name: {"b64": base64.b64encode(struct.pack("<I", len(b)) + b).decode(), "shape": [1]}} for b in images
+    ]
     path.write_text(json.dumps({"data": data}))
 
 
 def load_images(folder: Path, limit: int) -> list[bytes]:
     files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)[:limit]
     if not files:
-        raise SystemExit(f"no images in {folder}; make some with scripts/bench_images.py")
+        raise SystemExit(f"no images in {folder}; make some with `python -m scripts.bench_images`")
     return [p.read_bytes() for p in files]
 
 
 def _ms(rec: dict, key: str) -> float:
     return float(rec.get(key) or 0) / 1000.0  # perf_analyzer reports microseconds
-
-
 
 
 def admin_header_args(protocol: str, admin_key: str | None) -> list[str]:
@@ -89,23 +89,61 @@ def admin_header_args(protocol: str, admin_key: str | None) -> list[str]:
     return ["-H", f"{name}:{admin_key}"]
 
 
-def run_one(pa: str, model: str, url: str, protocol: str, data_json: Path, batch: int, concurrency: int,
-            interval_ms: int, workdir: Path, extra: list[str]) -> Row | None:
+def run_one(
+    pa: str,
+    model: str,
+    url: str,
+    protocol: str,
+    data_json: Path,
+    batch: int,
+    concurrency: int,
+    interval_ms: int,
+    workdir: Path,
+    extra: list[str],
+) -> Row | None:
     name = f"pa-{protocol}-{batch}-{concurrency}.csv"
     for old in workdir.glob(f"*{name}"):
         old.unlink()
     # run in workdir with a bare file name: perf_analyzer writes the composing models' statistics
     # of an ensemble beside it as "<model>_v<version>.<name>"
-    cmd = [pa, "-m", model, "-u", url, "-i", protocol, "--input-data", str(data_json), "-b", str(batch),
-           "--concurrency-range", f"{concurrency}:{concurrency}", "--measurement-interval", str(interval_ms),
-           "--stability-percentage", "20", "--max-trials", "5", "--percentile", "50", "-f", name,
-           "--verbose-csv", *extra]
+    cmd = [
+        pa,
+        "-m",
+        model,
+        "-u",
+        url,
+        "-i",
+        protocol,
+        "--input-data",
+        str(data_json),
+        "-b",
+        str(batch),
+        "--concurrency-range",
+        f"{concurrency}:{concurrency}",
+        "--measurement-interval",
+        str(interval_ms),
+        "--stability-percentage",
+        "20",
+        "--max-trials",
+        "5",
+        "--percentile",
+        "50",
+        "-f",
+        name,
+        "--verbose-csv",
+        *extra,
+    ]
     log.debug("%s", " ".join(cmd))
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=workdir)
     csv_path = workdir / name
     if proc.returncode != 0 or not csv_path.is_file():
-        log.error("perf_analyzer failed (%s c=%d b=%d): %s", protocol, concurrency, batch,
-                  (proc.stderr or proc.stdout).strip().splitlines()[-3:])
+        log.error(
+            "perf_analyzer failed (%s c=%d b=%d): %s",
+            protocol,
+            concurrency,
+            batch,
+            (proc.stderr or proc.stdout).strip().splitlines()[-3:],
+        )
         return None
     with open(csv_path) as f:
         rec = next(csv.DictReader(f))
@@ -115,25 +153,59 @@ def run_one(pa: str, model: str, url: str, protocol: str, data_json: Path, batch
         with open(sub) as f:
             srec = next(csv.DictReader(f), None)
         if srec:
-            sub_compute = _ms(srec, "Server Compute Input") + _ms(srec, "Server Compute Infer") + _ms(srec, "Server Compute Output")
-            parts.append(f"{sub.name.split('_v')[0]}: queue {_ms(srec, 'Server Queue'):.2f} ms, compute {sub_compute:.2f} ms")
-    return Row(model, protocol, batch, concurrency, float(rec["Inferences/Second"]), _ms(rec, "p50 latency"),
-               _ms(rec, "p90 latency"), _ms(rec, "p99 latency"), _ms(rec, "Avg latency"), _ms(rec, "Server Queue"),
-               compute, _ms(rec, "Client Send") + _ms(rec, "Client Recv"), "; ".join(parts))
+            sub_compute = (
+                _ms(srec, "Server Compute Input")
+                + _ms(srec, "Server Compute Infer")
+                + _ms(srec, "Server Compute Output")
+            )
+            parts.append(
+                f"{sub.name.split('_v')[0]}: queue {_ms(srec, 'Server Queue'):.2f} ms, compute {sub_compute:.2f} ms"
+            )
+    return Row(
+        model,
+        protocol,
+        batch,
+        concurrency,
+        float(rec["Inferences/Second"]),
+        _ms(rec, "p50 latency"),
+        _ms(rec, "p90 latency"),
+        _ms(rec, "p99 latency"),
+        _ms(rec, "Avg latency"),
+        _ms(rec, "Server Queue"),
+        compute,
+        _ms(rec, "Client Send") + _ms(rec, "Client Recv"),
+        "; ".join(parts),
+    )
 
 
 def print_table(rows: list[Row]) -> None:
-    header = f"{'protocol':8} {'img/req':>7} {'conc':>5} {'img/s':>10} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'queue ms':>9} {'compute ms':>10}"
-    print(header)  # noqa: T201 - the table is this script's output
-    print("-" * len(header))  # noqa: T201
+    """The table on stdout (it is this script's output)."""
+    header = (
+        f"{'protocol':8} {'img/req':>7} {'conc':>5} {'img/s':>10} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} "
+        f"{'queue ms':>9} {'compute ms':>10}"
+    )
+    out = [header, "-" * len(header)]
     for r in rows:
-        print(f"{r.protocol:8} {r.images_per_request:>7} {r.concurrency:>5} {r.images_per_s:>10,.0f} {r.p50_ms:>8.2f} "  # noqa: T201
-              f"{r.p90_ms:>8.2f} {r.p99_ms:>8.2f} {r.server_queue_ms:>9.2f} {r.server_compute_ms:>10.2f}  {r.composing}")
+        out.append(
+            f"{r.protocol:8} {r.images_per_request:>7} {r.concurrency:>5} {r.images_per_s:>10,.0f} {r.p50_ms:>8.2f} "
+            f"{r.p90_ms:>8.2f} {r.p99_ms:>8.2f} {r.server_queue_ms:>9.2f} {r.server_compute_ms:>10.2f}  {r.composing}"
+        )
+    sys.stdout.write("\n".join(out) + "\n")
 
 
-def sweep(model: str, urls: dict[str, str], images: list[bytes], protocols: list[str], batches: list[int],
-          concurrencies: list[int], interval_ms: int, out: Path, pa: str = "perf_analyzer",
-          extra: list[str] | None = None, admin_key: str | None = None) -> list[Row]:
+def sweep(
+    model: str,
+    urls: dict[str, str],
+    images: list[bytes],
+    protocols: list[str],
+    batches: list[int],
+    concurrencies: list[int],
+    interval_ms: int,
+    out: Path,
+    pa: str = "perf_analyzer",
+    extra: list[str] | None = None,
+    admin_key: str | None = None,
+) -> list[Row]:
     """Run the sweep; return the rows (also appended to ``out/perf.csv``).
 
     ``admin_key``: the value of the server's admin header, for its restricted statistics
@@ -147,12 +219,29 @@ def sweep(model: str, urls: dict[str, str], images: list[bytes], protocols: list
         for protocol in protocols:
             for batch in batches:
                 for c in concurrencies:
-                    row = run_one(pa, model, urls[protocol], protocol, data_json, batch, c, interval_ms, Path(tmp),
-                                  [*admin_header_args(protocol, admin_key), *(extra or [])])
+                    row = run_one(
+                        pa,
+                        model,
+                        urls[protocol],
+                        protocol,
+                        data_json,
+                        batch,
+                        c,
+                        interval_ms,
+                        Path(tmp),
+                        [*admin_header_args(protocol, admin_key), *(extra or [])],
+                    )
                     if row:
                         rows.append(row)
-                        log.info("%s b=%d c=%d: %.0f img/s p50 %.2f ms [%s]", protocol, batch, c, row.images_per_s,
-                                 row.p50_ms, row.composing)
+                        log.info(
+                            "%s b=%d c=%d: %.0f img/s p50 %.2f ms [%s]",
+                            protocol,
+                            batch,
+                            c,
+                            row.images_per_s,
+                            row.p50_ms,
+                            row.composing,
+                        )
     csv_path = out / "perf.csv"
     new = not csv_path.exists()
     with open(csv_path, "a", newline="") as f:
@@ -165,8 +254,11 @@ def sweep(model: str, urls: dict[str, str], images: list[bytes], protocols: list
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
     parser.add_argument("--images", type=Path, required=True, help="folder of images to send (round-robin)")
     parser.add_argument("--count", type=int, default=256, help="use at most this many images")
     parser.add_argument("-m", "--model", default="classify")
@@ -178,15 +270,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--measurement-interval", type=int, default=4000, help="ms per measurement window")
     parser.add_argument("--out", type=Path, default=Path("perf-results"))
     parser.add_argument("--perf-analyzer", default=shutil.which("perf_analyzer") or "perf_analyzer")
-    parser.add_argument("--admin-key-file", type=Path,
-                        help="file with the server's admin key (default: $TRITONPREP_ADMIN_KEY; none: open APIs)")
+    parser.add_argument(
+        "--admin-key-file",
+        type=Path,
+        help="file with the server's admin key (default: $TRITONPREP_ADMIN_KEY; none: open APIs)",
+    )
     args, extra = parser.parse_known_args(argv)
     admin_key = args.admin_key_file.read_text().strip() if args.admin_key_file else os.environ.get(ADMIN_KEY_ENV)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    rows = sweep(args.model, {"grpc": args.grpc_url, "http": args.http_url}, load_images(args.images, args.count),
-                 args.protocol.split(","), [int(b) for b in args.batch.split(",")],
-                 [int(c) for c in args.concurrency.split(",")], args.measurement_interval, args.out,
-                 args.perf_analyzer, extra, admin_key)
+    rows = sweep(
+        args.model,
+        {"grpc": args.grpc_url, "http": args.http_url},
+        load_images(args.images, args.count),
+        args.protocol.split(","),
+        [int(b) for b in args.batch.split(",")],
+        [int(c) for c in args.concurrency.split(",")],
+        args.measurement_interval,
+        args.out,
+        args.perf_analyzer,
+        extra,
+        admin_key,
+    )
     print_table(rows)
     return 0 if rows else 1
 

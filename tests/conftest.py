@@ -2,37 +2,27 @@
 
 The ``server`` fixture starts the embedded Triton server on this repository's
 ``model_repository/`` (free ports, localhost) once per session; tests talk to it over
-real HTTP and gRPC. On failure its log's tail is printed.
+real HTTP and gRPC. On failure its log's tail is printed. Helpers that scripts use too live
+in the test kit (``tritonprep_testkit``).
 """
 
 from __future__ import annotations
 
-import io
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
 
-REPO = Path(__file__).resolve().parent.parent
-MODEL_REPOSITORY = REPO / "model_repository"
-ONNX = MODEL_REPOSITORY / "classifier" / "1" / "model.onnx"
-
-
-def encode(arr: np.ndarray, fmt: str = "JPEG", **kw: object) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(arr).save(buf, format=fmt, **kw)
-    return buf.getvalue()
+from tritonprep_testkit.photos import encode, load_photos
+from tritonprep_testkit.servers import MODEL_REPOSITORY, ONNX, local_options
 
 
 @pytest.fixture(scope="session")
 def photos() -> dict[str, np.ndarray]:
     """Real photos as RGB arrays: a cat, an espresso, an astronaut, a rocket (scikit-image's
     samples, or the same photos as PNGs in $TRITONPREP_PHOTOS where scikit-image is absent)."""
-    from tests.corpus import full_photos
-
-    return full_photos()
+    return load_photos()
 
 
 @pytest.fixture(scope="session")
@@ -54,17 +44,16 @@ def image_dir(tmp_path_factory: pytest.TempPathFactory, photos: dict[str, np.nda
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """The embedded tritonserver serving model_repository/ (started once per session)."""
-    from tritonprep.server import EmbeddedServer, ServerOptions, free_ports
+    from tritonprep.launcher.process import EmbeddedServer
 
     if not ONNX.is_file():
         pytest.fail(f"{ONNX} is missing: run `make model` (make test does it for you)")
-    http, grpc, metrics = free_ports(3)
     log_path = tmp_path_factory.mktemp("triton") / "tritonserver.log"
-    srv = EmbeddedServer(ServerOptions(MODEL_REPOSITORY, http_port=http, grpc_port=grpc, metrics_port=metrics), log_path)
+    srv = EmbeddedServer(local_options(MODEL_REPOSITORY), log_path)
     with srv:
         yield srv
         if srv.process is None or srv.process.poll() is not None:
-            pytest.fail(f"tritonserver died during the tests{srv._log_tail()}")
+            pytest.fail(f"tritonserver died during the tests{srv.log_tail()}")
 
 
 @pytest.fixture(params=["grpc", "http"])

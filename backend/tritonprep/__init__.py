@@ -1,17 +1,18 @@
 """tritonprep: GPU image preprocessing for NVIDIA Triton Inference Server.
 
-Modules, one concern each:
+Packages by concern, lowest layer first (each imports only from the layers above it in this list):
 
-* :mod:`tritonprep.spec` - the typed preprocessing spec read from ``config.pbtxt``
+* :mod:`tritonprep.errors` - the exception hierarchy
+* :mod:`tritonprep.spec` - the typed preprocessing spec read from ``config.pbtxt`` (one parameter table)
 * :mod:`tritonprep.geometry` - resize / crop / letterbox arithmetic shared by the executors
-* :mod:`tritonprep.decode` - format sniffing and limits; Pillow (``cpu``) and nvImageCodec (``gpu``) decoders
-* :mod:`tritonprep.executor` - the CPU executor and the executor factory
-* :mod:`tritonprep.gpu` - the GPU executor (nvImageCodec + fused CuPy kernels)
-* :mod:`tritonprep.kernels` - CUDA sources and their compiled, cached CuPy kernels
-* :mod:`tritonprep.triton_glue` - request parsing and response building for Python-backend models
-* :mod:`tritonprep.runtimes`, :mod:`tritonprep.trt_engine` - classifier runtimes, TensorRT engines
-* :mod:`tritonprep.postprocess` - softmax, top-k, class names
-* :mod:`tritonprep.server` - the embedded ``tritonserver`` launcher
+* :mod:`tritonprep.decode` - checks before decoding, Pillow and nvImageCodec decoders
+* :mod:`tritonprep.kernels` - CUDA sources, their metadata layout and launchers (plain values only)
+* :mod:`tritonprep.executors` - CPU and GPU executors: encoded images in, one batch out
+* :mod:`tritonprep.classifier` - the network's runtimes, TensorRT engines, postprocessing
+* :mod:`tritonprep.triton` - the Python-backend side: requests, responses, health, metrics
+* :mod:`tritonprep.launcher` - the embedded ``tritonserver``: options, process, supervision, CLI
+
+``python -m tools.import_graph``-style checks keep the order: no package imports one below it.
 """
 
 __version__ = "0.1.0"

@@ -1,10 +1,11 @@
 """Exception hierarchy of the tritonprep server-side library.
 
-Every error a user can cause or fix derives from :class:`PreprocessError`. Errors that
-concern one image (:class:`ImageError` and its subclasses) become an error response for
-the request that carried the image; the other requests of the batch are unaffected.
-Errors in configuration or environment (:class:`ConfigError`, :class:`RuntimeUnavailable`)
-stop a model from loading, with a message that says what to change.
+Every error a user can cause or fix derives from :class:`PreprocessError`. Errors in what a
+client sent (:class:`InputError`: a malformed request, or one bad image, :class:`ImageError`
+and its subclasses) become an ``INVALID_ARG`` response for that request only; the other
+requests of the batch are unaffected. Errors in configuration or environment
+(:class:`ConfigError`, :class:`RuntimeUnavailable`) stop a model from loading, with a message
+that says what to change.
 """
 
 from __future__ import annotations
@@ -22,11 +23,19 @@ class RuntimeUnavailable(PreprocessError):
     """A requested inference runtime or device is not installed or not usable here."""
 
 
-class ImageError(PreprocessError):
-    """One input image cannot be turned into a tensor; fails only its own request."""
+class InputError(PreprocessError):
+    """What a client sent is wrong; fails only its own request, with ``INVALID_ARG``."""
 
     #: short machine-readable reason, used for metrics labels
     reason = "invalid"
+
+
+class RequestError(InputError):
+    """The request itself is malformed: a missing input, a wrong data type or shape."""
+
+
+class ImageError(InputError):
+    """One input image cannot be turned into a tensor; fails only its own request."""
 
 
 class DecodeError(ImageError):
@@ -50,8 +59,8 @@ class LimitExceeded(ImageError):
 class InstanceFailed(PreprocessError):
     """A model instance hit an unrecoverable error (e.g. a CUDA illegal address) and must be restarted.
 
-    Raised by an executor; the Triton glue answers every request of the call with an error
-    and takes the instance out of service (:func:`tritonprep.triton_glue.fail_instance`).
+    Raised by an executor; the Triton layer answers every request of the call with an error
+    and takes the instance out of service (:func:`tritonprep.triton.health.fail_instance`).
     """
 
 

@@ -4,30 +4,11 @@ The spec is read once from the ``parameters`` of the preprocess model's ``config
 (Triton hands them to the Python backend as JSON) and drives both executors, the CuPy one
 on the GPU and the NumPy/Pillow one on the CPU, so that they cannot disagree on what to do.
 
-Parameter reference (all values are strings, as Triton requires)::
-
-    output_size      "224,224"            height,width of the output image
-    resize           "shorter_side_crop"  | "letterbox" | "stretch"
-    resize_shorter   "256"                shorter side after resize (shorter_side_crop only)
-    interpolation    "bilinear"           | "bicubic"  (Pillow's antialiased filters)
-    mean             "127,127,127"        per channel, on the 0..255 pixel scale
-    std              "128,128,128"        per channel, on the 0..255 pixel scale
-    pad_value        "0"                  pixel value (0..255) of letterbox borders
-    channel_order    "RGB"                | "BGR"
-    layout           "NCHW"               | "NHWC"
-    dtype            "FP32"               | "FP16"
-    executor         "auto"               | "gpu" | "cpu"
-    cpu_threads      "0"                  CPU executor decode/resize threads (0: one per core, max 8)
-    gpu_decoder      "nvimgcodec"         | "pillow"  (GPU executor: decode on the GPU, or on the CPU then upload)
-    hw_decoder       "true"               try the GPU's hardware JPEG decoder first (then nvJPEG CUDA, then Pillow)
-    hw_decoder_share "1.0"                share of JPEGs given to the hardware decoder, the rest decoded by nvJPEG CUDA
-                                          concurrently (chosen per image by a hash of its bytes: deterministic)
-    fancy_upsampling "true"               JPEG chroma upsampling like libjpeg-turbo's default (GPU decoder option)
-    max_encoded_bytes       "20000000"    largest accepted encoded image
-    max_pixels              "16800000"    largest accepted decoded image (width*height)
-    max_images_per_request  "64"          most images in one request
-    max_progressive_scans   "100"         most scans of a progressive JPEG
-    allowed_formats  "JPEG,PNG,WEBP,BMP,GIF,TIFF"
+Every parameter is one row of :data:`PARAMETERS`: its name in ``config.pbtxt``, the field it
+sets, how its string is read and what it means. Reading only converts text (an integer, a
+list of numbers, a lower- or upper-cased word); every rule about values (choices, ranges,
+fields that must agree) is checked once, when the frozen dataclass is built, whether it is
+built from a config or in code. ``python -m tritonprep.spec`` prints the table.
 
 Output values are ``(pixel - mean) / std`` computed in float32 and then cast to ``dtype``.
 """
@@ -35,9 +16,12 @@ Output values are ``(pixel - mean) / std`` computed in float32 and then cast to 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from .errors import ConfigError
 
@@ -50,37 +34,149 @@ EXECUTORS = ("auto", "gpu", "cpu")
 GPU_DECODERS = ("nvimgcodec", "pillow")
 KNOWN_FORMATS = ("JPEG", "PNG", "WEBP", "BMP", "GIF", "TIFF")
 
-#: Triton data_type string of each output dtype
+#: Triton data_type string and numpy dtype of each output dtype
 TRITON_DTYPES = {"FP32": "TYPE_FP32", "FP16": "TYPE_FP16"}
+NUMPY_DTYPES = {"FP32": np.dtype(np.float32), "FP16": np.dtype(np.float16)}
 
 
-def _floats(name: str, text: str, count: int) -> tuple[float, ...]:
+# ---------------------------------------------------------------------- readers: text -> value
+def _int(name: str, text: str) -> int:
     try:
-        values = tuple(float(v) for v in text.split(","))
-    except ValueError:
-        raise ConfigError(f"parameter {name!r} must be {count} comma-separated numbers, got {text!r}") from None
-    if len(values) == 1:
-        values = values * count
-    if len(values) != count:
-        raise ConfigError(f"parameter {name!r} must have 1 or {count} values, got {len(values)} ({text!r})")
-    return values
-
-
-def _int(name: str, text: str, minimum: int = 0) -> int:
-    try:
-        value = int(text)
+        return int(text.strip())
     except ValueError:
         raise ConfigError(f"parameter {name!r} must be an integer, got {text!r}") from None
-    if value < minimum:
-        raise ConfigError(f"parameter {name!r} must be >= {minimum}, got {value}")
-    return value
 
 
-def _choice(name: str, text: str, choices: tuple[str, ...], *, upper: bool = False) -> str:
-    value = text.strip().upper() if upper else text.strip().lower()
+def _ints(count: int) -> Callable[[str, str], tuple[int, ...]]:
+    def read(name: str, text: str) -> tuple[int, ...]:
+        values = tuple(_int(name, v) for v in text.split(","))
+        if len(values) != count:
+            raise ConfigError(f"parameter {name!r} must be {count} comma-separated integers, got {text!r}")
+        return values
+
+    return read
+
+
+def _floats(count: int) -> Callable[[str, str], tuple[float, ...]]:
+    """``count`` numbers; one number stands for all ``count``."""
+
+    def read(name: str, text: str) -> tuple[float, ...]:
+        try:
+            values = tuple(float(v) for v in text.split(","))
+        except ValueError:
+            raise ConfigError(f"parameter {name!r} must be {count} comma-separated numbers, got {text!r}") from None
+        if len(values) == 1:
+            values = values * count
+        if len(values) != count:
+            raise ConfigError(f"parameter {name!r} must have 1 or {count} values, got {len(values)} ({text!r})")
+        return values
+
+    return read
+
+
+def _float(name: str, text: str) -> float:
+    return _floats(1)(name, text)[0]
+
+
+def _lower(_name: str, text: str) -> str:
+    return text.strip().lower()
+
+
+def _upper(_name: str, text: str) -> str:
+    return text.strip().upper()
+
+
+def _bool(name: str, text: str) -> bool:
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise ConfigError(f"parameter {name!r} must be true or false, got {text!r}")
+    return value == "true"
+
+
+def _upper_list(_name: str, text: str) -> tuple[str, ...]:
+    return tuple(v.strip().upper() for v in text.split(",") if v.strip())
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One ``config.pbtxt`` parameter: which field(s) it sets and how its text is read."""
+
+    name: str
+    #: the field(s) it sets; ``limits.X`` is a field of :class:`Limits`; a tuple spreads a tuple value
+    target: str | tuple[str, ...]
+    read: Callable[[str, str], Any]
+    default: str
+    help: str
+
+
+#: every parameter of the preprocess model, in the order the docs list them
+PARAMETERS: tuple[Parameter, ...] = (
+    Parameter("output_size", ("output_height", "output_width"), _ints(2), "224,224", "output height,width"),
+    Parameter(
+        "resize",
+        "resize",
+        _lower,
+        "shorter_side_crop",
+        "shorter_side_crop (torchvision Resize(n) + CenterCrop), letterbox, stretch",
+    ),
+    Parameter("resize_shorter", "resize_shorter", _int, "256", "shorter side after resize, before the center crop"),
+    Parameter("interpolation", "interpolation", _lower, "bilinear", "Pillow's antialiased bilinear or bicubic"),
+    Parameter(
+        "mean", "mean", _floats(3), "127,127,127", "per channel, on the 0..255 scale: out = (pixel - mean) / std"
+    ),
+    Parameter("std", "std", _floats(3), "128,128,128", "per channel, on the 0..255 scale"),
+    Parameter("pad_value", "pad_value", _int, "0", "letterbox border (0..255, normalized like pixels)"),
+    Parameter("channel_order", "channel_order", _upper, "RGB", "RGB or BGR"),
+    Parameter("layout", "layout", _upper, "NCHW", "NCHW or NHWC"),
+    Parameter("dtype", "dtype", _upper, "FP32", "FP32 or FP16"),
+    Parameter("executor", "executor", _lower, "auto", "auto (GPU on a GPU instance), gpu, cpu"),
+    Parameter("cpu_threads", "cpu_threads", _int, "0", "CPU decode/resize threads (0: one per core, at most 8)"),
+    Parameter(
+        "gpu_decoder",
+        "gpu_decoder",
+        _lower,
+        "nvimgcodec",
+        "GPU executor: nvimgcodec (decode on the GPU) or pillow (decode on the CPU, then upload)",
+    ),
+    Parameter(
+        "hw_decoder",
+        "hw_decoder",
+        _bool,
+        "true",
+        "try the GPU's hardware JPEG decoder first (then nvJPEG CUDA, then Pillow)",
+    ),
+    Parameter(
+        "hw_decoder_share",
+        "hw_decoder_share",
+        _float,
+        "1.0",
+        "share of JPEGs for the hardware decoder; the rest go to nvJPEG CUDA concurrently "
+        "(chosen per image by a hash of its bytes: deterministic)",
+    ),
+    Parameter(
+        "fancy_upsampling",
+        "fancy_upsampling",
+        _bool,
+        "true",
+        "JPEG chroma upsampling like libjpeg-turbo's default (GPU decoder option)",
+    ),
+    Parameter("max_encoded_bytes", "limits.max_encoded_bytes", _int, "20000000", "largest accepted encoded image"),
+    Parameter("max_pixels", "limits.max_pixels", _int, "16800000", "largest accepted decoded image (width*height)"),
+    Parameter("max_images_per_request", "limits.max_images_per_request", _int, "64", "most images in one request"),
+    Parameter("max_progressive_scans", "limits.max_progressive_scans", _int, "100", "most scans of a progressive JPEG"),
+    Parameter(
+        "allowed_formats",
+        "limits.allowed_formats",
+        _upper_list,
+        "JPEG,PNG,WEBP,BMP,GIF,TIFF",
+        "formats Pillow may open",
+    ),
+)
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
-        raise ConfigError(f"parameter {name!r} must be one of {', '.join(choices)}; got {text!r}")
-    return value
+        raise ConfigError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -130,32 +226,33 @@ class PreprocessSpec:
     def __post_init__(self) -> None:
         if not (1 <= self.output_height <= 8192 and 1 <= self.output_width <= 8192):
             raise ConfigError(f"output_size must be between 1 and 8192, got {self.output_height}x{self.output_width}")
-        if self.resize not in RESIZE_MODES:
-            raise ConfigError(f"resize must be one of {RESIZE_MODES}, got {self.resize!r}")
+        for name, choices in (
+            ("resize", RESIZE_MODES),
+            ("interpolation", INTERPOLATIONS),
+            ("channel_order", CHANNEL_ORDERS),
+            ("layout", LAYOUTS),
+            ("dtype", DTYPES),
+            ("executor", EXECUTORS),
+            ("gpu_decoder", GPU_DECODERS),
+        ):
+            _check_choice(name, getattr(self, name), choices)
         if self.resize == "shorter_side_crop" and self.resize_shorter < max(self.output_height, self.output_width):
             raise ConfigError(
                 f"resize_shorter ({self.resize_shorter}) must be >= the output size "
                 f"({self.output_height}x{self.output_width}) so that the center crop fits"
             )
-        if self.interpolation not in INTERPOLATIONS:
-            raise ConfigError(f"interpolation must be one of {INTERPOLATIONS}, got {self.interpolation!r}")
+        if self.resize_shorter < 1:
+            raise ConfigError(f"resize_shorter must be >= 1, got {self.resize_shorter}")
         if len(self.mean) != 3 or len(self.std) != 3:
             raise ConfigError("mean and std must have 3 values each")
         if any(s == 0 for s in self.std):
             raise ConfigError(f"std values must be non-zero, got {self.std}")
         if not 0 <= self.pad_value <= 255:
             raise ConfigError(f"pad_value must be in 0..255, got {self.pad_value}")
-        for name, choices in (("channel_order", CHANNEL_ORDERS), ("layout", LAYOUTS), ("dtype", DTYPES)):
-            if getattr(self, name) not in choices:
-                raise ConfigError(f"{name} must be one of {choices}, got {getattr(self, name)!r}")
-        if self.executor not in EXECUTORS:
-            raise ConfigError(f"executor must be one of {EXECUTORS}, got {self.executor!r}")
         if self.cpu_threads < 0:
             raise ConfigError(f"cpu_threads must be >= 0, got {self.cpu_threads}")
         if not 0.0 < self.hw_decoder_share <= 1.0:
             raise ConfigError(f"hw_decoder_share must be in (0, 1], got {self.hw_decoder_share}")
-        if self.gpu_decoder not in GPU_DECODERS:
-            raise ConfigError(f"gpu_decoder must be one of {GPU_DECODERS}, got {self.gpu_decoder!r}")
 
     # ------------------------------------------------------------------ derived values
     @property
@@ -164,6 +261,16 @@ class PreprocessSpec:
         if self.layout == "NCHW":
             return (3, self.output_height, self.output_width)
         return (self.output_height, self.output_width, 3)
+
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        """The numpy (and CuPy) dtype of the output."""
+        return NUMPY_DTYPES[self.dtype]
+
+    @property
+    def triton_dtype(self) -> str:
+        """The output's ``data_type`` in ``config.pbtxt``."""
+        return TRITON_DTYPES[self.dtype]
 
     @property
     def scale(self) -> tuple[float, float, float]:
@@ -184,48 +291,23 @@ class PreprocessSpec:
     @classmethod
     def from_parameters(cls, params: Mapping[str, str]) -> PreprocessSpec:
         """Build a spec from plain ``{name: value}`` strings; unknown names are an error."""
-        known = {f.name for f in fields(cls)} | {f.name for f in fields(Limits)} | {"output_size"}
-        unknown = sorted(set(params) - known)
+        table = {p.name: p for p in PARAMETERS}
+        unknown = sorted(set(params) - set(table))
         if unknown:
-            raise ConfigError(f"unknown preprocess parameter(s) {unknown}; known: {sorted(known)}")
-        kw: dict[str, Any] = {}
-        if "output_size" in params:
-            h, w = (int(v) for v in _floats("output_size", params["output_size"], 2))
-            kw["output_height"], kw["output_width"] = h, w
-        if "resize" in params:
-            kw["resize"] = _choice("resize", params["resize"], RESIZE_MODES)
-        if "resize_shorter" in params:
-            kw["resize_shorter"] = _int("resize_shorter", params["resize_shorter"], 1)
-        if "interpolation" in params:
-            kw["interpolation"] = _choice("interpolation", params["interpolation"], INTERPOLATIONS)
-        for name in ("mean", "std"):
-            if name in params:
-                kw[name] = _floats(name, params[name], 3)
-        if "pad_value" in params:
-            kw["pad_value"] = _int("pad_value", params["pad_value"])
-        for name, choices in (("channel_order", CHANNEL_ORDERS), ("layout", LAYOUTS), ("dtype", DTYPES)):
-            if name in params:
-                kw[name] = _choice(name, params[name], choices, upper=True)
-        if "executor" in params:
-            kw["executor"] = _choice("executor", params["executor"], EXECUTORS)
-        if "cpu_threads" in params:
-            kw["cpu_threads"] = _int("cpu_threads", params["cpu_threads"])
-        if "gpu_decoder" in params:
-            kw["gpu_decoder"] = _choice("gpu_decoder", params["gpu_decoder"], GPU_DECODERS)
-        if "hw_decoder_share" in params:
-            kw["hw_decoder_share"] = _floats("hw_decoder_share", params["hw_decoder_share"], 1)[0]
-        for name in ("hw_decoder", "fancy_upsampling"):
-            if name in params:
-                kw[name] = _choice(name, params[name], ("true", "false")) == "true"
-        lim: dict[str, Any] = {}
-        for name in ("max_encoded_bytes", "max_pixels", "max_images_per_request", "max_progressive_scans"):
-            if name in params:
-                lim[name] = _int(name, params[name], 1)
-        if "allowed_formats" in params:
-            lim["allowed_formats"] = tuple(
-                _choice("allowed_formats", v, KNOWN_FORMATS, upper=True) for v in params["allowed_formats"].split(",")
-            )
-        return cls(**kw, limits=Limits(**lim))
+            raise ConfigError(f"unknown preprocess parameter(s) {unknown}; known: {sorted(table)}")
+        spec_kw: dict[str, Any] = {}
+        limits_kw: dict[str, Any] = {}
+        for name, text in params.items():
+            p = table[name]
+            value = p.read(name, text)
+            targets = p.target if isinstance(p.target, tuple) else (p.target,)
+            values = value if isinstance(p.target, tuple) else (value,)
+            for target, v in zip(targets, values):
+                if target.startswith("limits."):
+                    limits_kw[target.split(".", 1)[1]] = v
+                else:
+                    spec_kw[target] = v
+        return cls(**spec_kw, limits=Limits(**limits_kw))
 
     @classmethod
     def from_model_config(cls, model_config: Mapping[str, Any], output_name: str = "PIXELS") -> PreprocessSpec:
@@ -248,11 +330,22 @@ class PreprocessSpec:
                 f"output {output_name!r} has dims {list(dims)} but the parameters describe "
                 f"{list(self.output_shape)} ({self.layout}, {self.output_height}x{self.output_width}); make them agree"
             )
-        if out.get("data_type") != TRITON_DTYPES[self.dtype]:
+        if out.get("data_type") != self.triton_dtype:
             raise ConfigError(
                 f"output {output_name!r} has data_type {out.get('data_type')} but parameter dtype is "
-                f"{self.dtype} ({TRITON_DTYPES[self.dtype]}); make them agree"
+                f"{self.dtype} ({self.triton_dtype}); make them agree"
             )
         max_batch = int(model_config.get("max_batch_size", 0))
         if max_batch < 1:
             raise ConfigError("the preprocess model needs max_batch_size >= 1 (images travel along the batch dim)")
+
+
+def parameter_table() -> str:
+    """The parameters as a Markdown table (name, default, meaning), as the README shows them."""
+    rows = ["| parameter | default | meaning |", "|---|---|---|"]
+    rows += [f"| `{p.name}` | `{p.default}` | {p.help} |" for p in PARAMETERS]
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(parameter_table() + "\n")

@@ -5,7 +5,15 @@
 * :mod:`tritonprep_client.errors` - client exceptions
 """
 
-from .client import ClassifyClient, Prediction
+from .client import ClassifyClient, Prediction, image_input, images_array
 from .errors import ClientError, InferenceFailed, ServerUnavailable
 
-__all__ = ["ClassifyClient", "ClientError", "InferenceFailed", "Prediction", "ServerUnavailable"]
+__all__ = [
+    "ClassifyClient",
+    "ClientError",
+    "InferenceFailed",
+    "Prediction",
+    "ServerUnavailable",
+    "image_input",
+    "images_array",
+]

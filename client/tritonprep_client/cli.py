@@ -102,8 +102,9 @@ def classify_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         except OSError as e:
             report_error(name, f"cannot read: {e.strerror or e}")
     if readable:
-        with ClassifyClient(args.url, args.protocol, model=args.model, timeout_s=args.timeout,
-                            concurrency=args.concurrency) as client:
+        with ClassifyClient(
+            args.url, args.protocol, model=args.model, timeout_s=args.timeout, concurrency=args.concurrency
+        ) as client:
             client.check_server()
             available = client.max_top_k()
             if args.top_k > available:
@@ -130,19 +131,26 @@ def classify_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``tritonprep``."""
-    parser = argparse.ArgumentParser(prog="tritonprep", description="Classify images with a Triton server running tritonprep.")
+    parser = argparse.ArgumentParser(
+        prog="tritonprep", description="Classify images with a Triton server running tritonprep."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("classify", help="classify image files or folders", description=__doc__.split("\n\n")[1])
     c.add_argument("paths", nargs="+", metavar="PATH", help="image files and/or folders of images")
-    c.add_argument("--url", help="server address: host:port, grpc://host:port or http://host:port "
-                                 "(default: localhost:8001 for gRPC, localhost:8000 for HTTP)")
+    c.add_argument(
+        "--url",
+        help="server address: host:port, grpc://host:port or http://host:port "
+        "(default: localhost:8001 for gRPC, localhost:8000 for HTTP)",
+    )
     c.add_argument("--protocol", choices=("grpc", "http"), help="default: grpc, or the URL's scheme")
     c.add_argument("--top-k", type=int, default=5, help="classes to show per image (default: %(default)s)")
     c.add_argument("--json", action="store_true", help="one JSON object per image on stdout")
     c.add_argument("--model", default="classify", help="ensemble to call (default: %(default)s)")
     c.add_argument("--concurrency", type=int, default=8, help="requests in flight (default: %(default)s)")
     c.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default: %(default)s)")
-    sub.add_parser("serve", help="run the embedded Triton server (needs tritonprep[server]); see `tritonprep serve --help`")
+    sub.add_parser(
+        "serve", help="run the embedded Triton server (needs tritonprep[server]); see `tritonprep serve --help`"
+    )
     return parser
 
 
@@ -151,7 +159,7 @@ def run(argv: Sequence[str], out: TextIO = sys.stdout, err: TextIO = sys.stderr)
     argv = list(argv)
     if argv[:1] == ["serve"]:  # everything after `serve` belongs to the server's own parser
         try:
-            from tritonprep.server import main as serve_main
+            from tritonprep.launcher.cli import main as serve_main
         except ImportError as e:
             err.write(f"tritonprep: error: the server is not installed here: pip install 'tritonprep[server]' ({e})\n")
             return 2

@@ -8,11 +8,13 @@ with ``binary_data`` on, the way NVIDIA's ``ensemble_image_client.py`` sends the
 
 from __future__ import annotations
 
+import importlib
 import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -53,10 +55,27 @@ def parse_url(url: str | None, protocol: str | None) -> tuple[str, str]:
     return protocol, url or ("localhost:8001" if protocol == "grpc" else "localhost:8000")
 
 
-def _bytes_input(module: Any, images: Sequence[bytes], name: str = INPUT) -> Any:
+def images_array(images: Sequence[bytes]) -> np.ndarray:
+    """The BYTES array of a request: shape ``[n, 1]``, one encoded image (any size) per row."""
     arr = np.empty((len(images), 1), dtype=np.object_)
     for i, data in enumerate(images):
         arr[i, 0] = data
+    return arr
+
+
+def image_input(images: Sequence[bytes], protocol: str | ModuleType = "grpc", name: str = INPUT) -> Any:
+    """A tritonclient ``InferInput`` carrying ``images`` as BYTES ``[n, 1]`` (binary data over HTTP).
+
+    ``protocol`` is ``"grpc"`` or ``"http"`` (or the ``tritonclient.grpc`` / ``tritonclient.http``
+    module itself), as in ``client.infer("classify", [image_input(jpegs)])``.
+    """
+    if isinstance(protocol, str):
+        if protocol not in ("grpc", "http"):
+            raise ClientError(f"protocol must be grpc or http, got {protocol!r}")
+        module = importlib.import_module(f"tritonclient.{protocol}")
+    else:
+        module = protocol
+    arr = images_array(images)
     inp = module.InferInput(name, list(arr.shape), "BYTES")
     if module.__name__.endswith("http"):
         inp.set_data_from_numpy(arr, binary_data=True)
@@ -81,7 +100,9 @@ class _Grpc:
     def infer(self, model: str, inputs: list[Any], outputs: list[Any]) -> Any:
         return self.client.infer(model, inputs, outputs=outputs, client_timeout=self.timeout_s)
 
-    def submit(self, model: str, inputs: list[Any], outputs: list[Any], done: Callable[[Any, Exception | None], None]) -> None:
+    def submit(
+        self, model: str, inputs: list[Any], outputs: list[Any], done: Callable[[Any, Exception | None], None]
+    ) -> None:
         self.client.async_infer(model, inputs, callback=done, outputs=outputs, client_timeout=self.timeout_s)
 
     def live(self) -> bool:
@@ -123,7 +144,9 @@ class _Http:
     def infer(self, model: str, inputs: list[Any], outputs: list[Any]) -> Any:
         return self.client.infer(model, inputs, outputs=outputs)
 
-    def submit(self, model: str, inputs: list[Any], outputs: list[Any], done: Callable[[Any, Exception | None], None]) -> None:
+    def submit(
+        self, model: str, inputs: list[Any], outputs: list[Any], done: Callable[[Any, Exception | None], None]
+    ) -> None:
         def call() -> None:
             try:
                 result = self._thread_client().infer(model, inputs, outputs=outputs)
@@ -156,8 +179,16 @@ class ClassifyClient:
     'Egyptian cat'
     """
 
-    def __init__(self, url: str | None = None, protocol: str | None = None, *, model: str = "classify",
-                 timeout_s: float = 60.0, concurrency: int = 8, ssl: bool = False) -> None:
+    def __init__(
+        self,
+        url: str | None = None,
+        protocol: str | None = None,
+        *,
+        model: str = "classify",
+        timeout_s: float = 60.0,
+        concurrency: int = 8,
+        ssl: bool = False,
+    ) -> None:
         self.protocol, self.target = parse_url(url, protocol)
         #: exceptions that tritonclient and the sockets under it raise for a failed call
         self.errors: tuple[type[BaseException], ...] = (InferenceServerException, OSError, ValueError, KeyError)
@@ -165,7 +196,9 @@ class ClassifyClient:
         self.concurrency = max(1, concurrency)
         try:
             self._impl: _Grpc | _Http = (
-                _Grpc(self.target, timeout_s, ssl) if self.protocol == "grpc" else _Http(self.target, timeout_s, self.concurrency, ssl)
+                _Grpc(self.target, timeout_s, ssl)
+                if self.protocol == "grpc"
+                else _Http(self.target, timeout_s, self.concurrency, ssl)
             )
         except ImportError as e:
             raise ClientError(f"tritonclient is not installed: pip install 'tritonprep[client]' ({e})") from None
@@ -181,7 +214,8 @@ class ClassifyClient:
     def _is_connection_error(self, e: BaseException) -> bool:
         text = self._describe(e).lower()
         return isinstance(e, (ConnectionError, OSError)) or any(
-            s in text for s in ("unavailable", "connection refused", "failed to connect", "connect failed", "name resolution")
+            s in text
+            for s in ("unavailable", "connection refused", "failed to connect", "connect failed", "name resolution")
         )
 
     def _wrap(self, e: BaseException) -> ClientError:
@@ -225,12 +259,14 @@ class ClassifyClient:
         if not images:
             return []
         try:
-            result = self._impl.infer(self.model, [_bytes_input(self._impl.m, images)], self._impl.outputs(OUTPUTS))
+            result = self._impl.infer(self.model, [image_input(images, self._impl.m)], self._impl.outputs(OUTPUTS))
         except self.errors as e:
             raise self._wrap(e) from None
         return self._predictions(result, len(images), top_k)
 
-    def classify_each(self, images: Sequence[bytes], top_k: int | None = None) -> Iterator[tuple[int, list[Prediction] | ClientError]]:
+    def classify_each(
+        self, images: Sequence[bytes], top_k: int | None = None
+    ) -> Iterator[tuple[int, list[Prediction] | ClientError]]:
         """Classify each image in its own request, ``concurrency`` in flight.
 
         Yields ``(index, result)`` in completion order; ``result`` is the image's
@@ -245,14 +281,18 @@ class ClassifyClient:
 
                 def done(result: Any, error: BaseException | None, i: int = i) -> None:
                     try:
-                        finished.put((i, self._wrap(error) if error is not None else self._predictions(result, 1, top_k)[0]))
+                        finished.put(
+                            (i, self._wrap(error) if error is not None else self._predictions(result, 1, top_k)[0])
+                        )
                     except self.errors as e:  # a malformed result becomes this image's error
                         finished.put((i, self._wrap(e)))
                     finally:
                         slots.release()
 
                 try:
-                    self._impl.submit(self.model, [_bytes_input(self._impl.m, [data])], self._impl.outputs(OUTPUTS), done)
+                    self._impl.submit(
+                        self.model, [image_input([data], self._impl.m)], self._impl.outputs(OUTPUTS), done
+                    )
                 except self.errors as e:
                     done(None, e)
 
@@ -263,7 +303,7 @@ class ClassifyClient:
     def preprocess(self, images: Sequence[bytes], model: str = "preprocess", output: str = "PIXELS") -> np.ndarray:
         """Call the preprocess model directly and return the network input it produces."""
         try:
-            result = self._impl.infer(model, [_bytes_input(self._impl.m, images)], self._impl.outputs([output]))
+            result = self._impl.infer(model, [image_input(images, self._impl.m)], self._impl.outputs([output]))
         except self.errors as e:
             raise self._wrap(e) from None
         return result.as_numpy(output)

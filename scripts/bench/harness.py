@@ -10,7 +10,7 @@ Measures, for real-photo JPEG sets of 500x375, 1280x720, 1920x1080 and 3840x2160
   and the full `classify` ensemble with the real classifier on the runtime present there.
 Writes results.md, results.csv, *.png and raw perf CSVs into --out, and prints the summary.
 
-    python scripts/bench/harness.py --out /tmp/bench [--plan full|quick] [--skip dali,cpu,classify]
+    python -m scripts.bench.harness --out /tmp/bench [--plan full|quick] [--skip dali,cpu,classify]
 """
 
 from __future__ import annotations
@@ -31,26 +31,38 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from scripts import perf_sweep
+from tritonprep_testkit import photos as bench_images
+from tritonprep_testkit.servers import REPO, local_options
+
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
-sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
-import bench_images  # noqa: E402
-import perf_sweep  # noqa: E402
 
 log = logging.getLogger("harness")
 
 PLANS = {
     # sizes, concurrency sweep (500x375), preprocess instance counts to try
     "quick": {"sizes": ["500x375", "1920x1080"], "conc": [1, 16, 64, 128], "instances": [2], "interval": 2500},
-    "full": {"sizes": ["500x375", "1280x720", "1920x1080", "3840x2160"], "conc": [1, 4, 16, 64, 128, 256],
-             "instances": [1, 2, 4], "interval": 2500},
+    "full": {
+        "sizes": ["500x375", "1280x720", "1920x1080", "3840x2160"],
+        "conc": [1, 4, 16, 64, 128, 256],
+        "instances": [1, 2, 4],
+        "interval": 2500,
+    },
 }
 
 
 # ---------------------------------------------------------------------- model repositories
-def make_repo(dest: Path, *, executor: str, instances: int, queue_delay_us: int = 2000, cpu_threads: int = 0,
-              with_classify: bool = False, hw_share: float = 1.0, sink_instances: int | None = None) -> Path:
+def make_repo(
+    dest: Path,
+    *,
+    executor: str,
+    instances: int,
+    queue_delay_us: int = 2000,
+    cpu_threads: int = 0,
+    with_classify: bool = False,
+    hw_share: float = 1.0,
+    sink_instances: int | None = None,
+) -> Path:
     """A model repository with preprocess (tuned), sink and prep_sink (+ the classify ensemble)."""
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
@@ -63,7 +75,9 @@ def make_repo(dest: Path, *, executor: str, instances: int, queue_delay_us: int 
     # capacity, not overload protection, is measured here: the sweep's highest concurrency must
     # not meet the deployed queue bound (64 requests), which would reject requests
     text = re.sub(r"max_queue_size: \d+", "max_queue_size: 4096", text)
-    text = text.replace('key: "executor" value: { string_value: "auto" }', f'key: "executor" value: {{ string_value: "{executor}" }}')
+    text = text.replace(
+        'key: "executor" value: { string_value: "auto" }', f'key: "executor" value: {{ string_value: "{executor}" }}'
+    )
     if cpu_threads:
         text += f'parameters {{ key: "cpu_threads" value: {{ string_value: "{cpu_threads}" }} }}\n'
     if hw_share < 1.0:
@@ -76,7 +90,9 @@ def make_repo(dest: Path, *, executor: str, instances: int, queue_delay_us: int 
     sink_cfg.write_text(sink_cfg.read_text().replace("count: 1, kind: KIND_AUTO", f"count: {n_sink}, kind: {kind}"))
     if with_classify:
         for model in ("classifier", "postprocess", "classify"):
-            shutil.copytree(REPO / "model_repository" / model, dest / model, ignore=shutil.ignore_patterns("ort-trt-cache"))
+            shutil.copytree(
+                REPO / "model_repository" / model, dest / model, ignore=shutil.ignore_patterns("ort-trt-cache")
+            )
             model_cfg = dest / model / "config.pbtxt"
             model_cfg.write_text(re.sub(r"max_queue_size: \d+", "max_queue_size: 4096", model_cfg.read_text()))
     return dest
@@ -95,8 +111,13 @@ class GpuMemorySampler:
         t0 = time.monotonic()
         while not self._stop.is_set():
             try:
-                out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-                                     capture_output=True, text=True, timeout=10, check=False).stdout.split()
+                out = subprocess.run(
+                    ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                    capture_output=True,
+                    text=True,
+                    timeout=10,
+                    check=False,
+                ).stdout.split()
                 if out:
                     self.samples.append((time.monotonic() - t0, int(out[0])))
             except (OSError, subprocess.SubprocessError):
@@ -113,11 +134,9 @@ class GpuMemorySampler:
 
 
 def start_server(repo: Path, log_path: Path):
-    from tritonprep.server import EmbeddedServer, ServerOptions, free_ports
+    from tritonprep.launcher.process import EmbeddedServer
 
-    http, grpc, metrics = free_ports(3)
-    server = EmbeddedServer(ServerOptions(repo, http_port=http, grpc_port=grpc, metrics_port=metrics,
-                                          cuda_memory_pool_mb=2048, exit_timeout_s=10), log_path)
+    server = EmbeddedServer(local_options(repo, cuda_memory_pool_mb=2048, exit_timeout_s=10), log_path)
     server.__enter__()
     return server
 
@@ -131,7 +150,7 @@ def decode_ceiling(images: list[bytes], threads: int, seconds: float = 3.0) -> f
     """nvImageCodec decode alone (hardware, then CUDA stages) in ``threads`` threads, batch 256."""
     import cupy as cp
 
-    from tritonprep.decode.gpu import GpuDecoder
+    from tritonprep.decode.nvimgcodec import GpuDecoder
 
     decoders = []
     for _ in range(threads):
@@ -176,8 +195,12 @@ def run_dali(folder: Path, quick: bool) -> dict:
 
 # ---------------------------------------------------------------------- report
 def environment() -> list[str]:
-    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-                         capture_output=True, text=True, check=False).stdout.strip()
+    smi = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
     import numpy
 
     try:
@@ -186,16 +209,19 @@ def environment() -> list[str]:
         cupy_v = cupy.__version__
     except ImportError:
         cupy_v = "-"
-    return [f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
-            f"- commit: {os.environ.get('GIT_COMMIT', 'unknown')}",
-            f"- GPU: {smi}", f"- host: {os.cpu_count()} CPUs, Python {platform.python_version()}, numpy {numpy.__version__}, CuPy {cupy_v}",
-            "- Triton 2.51 (nvidia-pytriton 0.7.0 wheel), perf_analyzer from the perf-analyzer wheel"]
+    return [
+        f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
+        f"- commit: {os.environ.get('GIT_COMMIT', 'unknown')}",
+        f"- GPU: {smi}",
+        f"- host: {os.cpu_count()} CPUs, Python {platform.python_version()}, numpy {numpy.__version__}, CuPy {cupy_v}",
+        "- Triton 2.51 (nvidia-pytriton 0.7.0 wheel), perf_analyzer from the perf-analyzer wheel",
+    ]
 
 
 def plot(rows: list[dict], out: Path, soak: list | None = None) -> list[str]:
     """PNG plots via plots.py, where matplotlib is installed (else none: run plots.py elsewhere)."""
     try:
-        import plots
+        from scripts.bench import plots
     except ImportError:
         return []
     try:
@@ -206,7 +232,12 @@ def plot(rows: list[dict], out: Path, soak: list | None = None) -> list[str]:
 
 
 TUNE_GRID = [  # (preprocess instances, dynamic batching queue delay in us, hardware decoder share)
-    (2, 200, 1.0), (4, 200, 1.0), (2, 200, 0.7), (4, 200, 0.7), (4, 1000, 0.7), (3, 200, 0.8),
+    (2, 200, 1.0),
+    (4, 200, 1.0),
+    (2, 200, 0.7),
+    (4, 200, 0.7),
+    (4, 1000, 0.7),
+    (3, 200, 0.8),
 ]
 
 
@@ -233,11 +264,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--plan", choices=sorted(PLANS), default="full")
-    parser.add_argument("--phase", choices=("tune", "main", "soak", "all"), default="all",
-                        help="tune: try the TUNE_GRID configs, keep the best in OUT/best.json; main: all measurements "
-                             "with the best config; soak: constant load for --soak-seconds")
+    parser.add_argument(
+        "--phase",
+        choices=("tune", "main", "soak", "all"),
+        default="all",
+        help="tune: try the TUNE_GRID configs, keep the best in OUT/best.json; main: all measurements "
+        "with the best config; soak: constant load for --soak-seconds",
+    )
     parser.add_argument("--skip", default="", help="comma list of: dali,cpu,classify,http,sizes,ceiling")
-    parser.add_argument("--config", help="instances,queue_delay_us,hw_share for the main phase (default: OUT/best.json)")
+    parser.add_argument(
+        "--config", help="instances,queue_delay_us,hw_share for the main phase (default: OUT/best.json)"
+    )
     parser.add_argument("--soak-seconds", type=int, default=300)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
@@ -253,10 +290,28 @@ def main(argv: list[str] | None = None) -> int:
     summary_path = out / "summary.json"
     summary: dict[str, object] = json.loads(summary_path.read_text()) if summary_path.exists() else {}
 
-    def triton_sweep(label: str, server, model: str, size: str, protocols: list[str], batches: list[int], conc: list[int],
-                     interval: int | None = None, kind: str = "triton") -> list[dict]:
-        res = perf_sweep.sweep(model, urls(server), sets[size], protocols, batches, conc, interval or plan["interval"],
-                               out / "perf", admin_key=server.admin_key)
+    def triton_sweep(
+        label: str,
+        server,
+        model: str,
+        size: str,
+        protocols: list[str],
+        batches: list[int],
+        conc: list[int],
+        interval: int | None = None,
+        kind: str = "triton",
+    ) -> list[dict]:
+        res = perf_sweep.sweep(
+            model,
+            urls(server),
+            sets[size],
+            protocols,
+            batches,
+            conc,
+            interval or plan["interval"],
+            out / "perf",
+            admin_key=server.admin_key,
+        )
         new = [{"kind": kind, "config": label, "size": size, **asdict(r)} for r in res]
         rows.extend(new)
         return new
@@ -267,8 +322,15 @@ def main(argv: list[str] | None = None) -> int:
 
     def gpu_server(cfg: tuple[int, int, float], tag: str, with_classify: bool = False):
         n, delay, share = cfg
-        repo = make_repo(work / f"repo-{tag}", executor="gpu", instances=n, queue_delay_us=delay, hw_share=share,
-                         with_classify=with_classify, sink_instances=2)
+        repo = make_repo(
+            work / f"repo-{tag}",
+            executor="gpu",
+            instances=n,
+            queue_delay_us=delay,
+            hw_share=share,
+            with_classify=with_classify,
+            sink_instances=2,
+        )
         return start_server(repo, out / f"triton-{tag}.log")
 
     if args.phase in ("tune", "all"):
@@ -301,10 +363,23 @@ def main(argv: list[str] | None = None) -> int:
             for size in plan["sizes"]:
                 for threads in (1, 2):
                     rate = decode_ceiling(sets[size], threads)
-                    rows.append({"kind": "decode_ceiling", "config": f"nvImageCodec hardware decoder, {threads} thread(s), batch 256",
-                                 "size": size, "protocol": "-", "images_per_request": 256, "concurrency": threads,
-                                 "images_per_s": rate, "p50_ms": 0, "p90_ms": 0, "p99_ms": 0, "server_queue_ms": 0,
-                                 "server_compute_ms": 0, "composing": ""})
+                    rows.append(
+                        {
+                            "kind": "decode_ceiling",
+                            "config": f"nvImageCodec hardware decoder, {threads} thread(s), batch 256",
+                            "size": size,
+                            "protocol": "-",
+                            "images_per_request": 256,
+                            "concurrency": threads,
+                            "images_per_s": rate,
+                            "p50_ms": 0,
+                            "p90_ms": 0,
+                            "p99_ms": 0,
+                            "server_queue_ms": 0,
+                            "server_compute_ms": 0,
+                            "composing": "",
+                        }
+                    )
                     log.info("decode ceiling %s %d threads: %.0f img/s", size, threads, rate)
         if "dali" not in skip:  # (c) DALI
             for size in plan["sizes"]:
@@ -312,11 +387,24 @@ def main(argv: list[str] | None = None) -> int:
                 summary[f"dali_{size}"] = res
                 if "best" in res:
                     b = res["best"]
-                    rows.append({"kind": "dali", "config": f"DALI {res['dali_version']} batch {b['batch']} threads "
-                                 f"{b['threads']} hw_decoder_load {b['hw_decoder_load']}", "size": size, "protocol": "-",
-                                 "images_per_request": b["batch"], "concurrency": 1, "images_per_s": b["images_per_s"],
-                                 "p50_ms": 0, "p90_ms": 0, "p99_ms": 0, "server_queue_ms": 0, "server_compute_ms": 0,
-                                 "composing": ""})
+                    rows.append(
+                        {
+                            "kind": "dali",
+                            "config": f"DALI {res['dali_version']} batch {b['batch']} threads "
+                            f"{b['threads']} hw_decoder_load {b['hw_decoder_load']}",
+                            "size": size,
+                            "protocol": "-",
+                            "images_per_request": b["batch"],
+                            "concurrency": 1,
+                            "images_per_s": b["images_per_s"],
+                            "p50_ms": 0,
+                            "p90_ms": 0,
+                            "p99_ms": 0,
+                            "server_queue_ms": 0,
+                            "server_compute_ms": 0,
+                            "composing": "",
+                        }
+                    )
                     log.info("DALI %s: %.0f img/s (%s)", size, b["images_per_s"], b)
         server = gpu_server(cfg, "main")  # (a) tritonprep GPU executor through Triton
         try:
@@ -336,11 +424,19 @@ def main(argv: list[str] | None = None) -> int:
             server.__exit__(None, None, None)
         text = (out / "triton-main.log").read_text()
         summary["sink_placement"] = [ln for ln in text.splitlines() if "first batch arrived" in ln][:1]
-        summary["profile_main"] = [ln.split('"')[1] if '"' in ln else ln for ln in text.splitlines() if "profile " in ln][-8:]
+        summary["profile_main"] = [
+            ln.split('"')[1] if '"' in ln else ln for ln in text.splitlines() if "profile " in ln
+        ][-8:]
         if "cpu" not in skip:  # (b) CPU executor through Triton
             cores = os.cpu_count() or 1
-            repo = make_repo(work / "repo-cpu", executor="cpu", instances=cores, cpu_threads=1, queue_delay_us=cfg[1],
-                             sink_instances=2)
+            repo = make_repo(
+                work / "repo-cpu",
+                executor="cpu",
+                instances=cores,
+                cpu_threads=1,
+                queue_delay_us=cfg[1],
+                sink_instances=2,
+            )
             server = start_server(repo, out / "triton-cpu.log")
             try:
                 triton_sweep(f"tritonprep CPU x{cores}", server, "prep_sink", "500x375", ["grpc"], [1, 8], [32, 64])
@@ -350,9 +446,18 @@ def main(argv: list[str] | None = None) -> int:
             server = gpu_server(cfg, "classify", with_classify=True)
             try:
                 text = (out / "triton-classify.log").read_text()
-                runtime = re.findall(r"runtime ([\w-]+)", "\n".join(ln for ln in text.splitlines() if "classifier instance" in ln))
-                triton_sweep(f"classify, EfficientNet-Lite0 on {runtime[0] if runtime else '?'}", server, "classify", "500x375",
-                             ["grpc"], [1, 8], [1, 16, 64])
+                runtime = re.findall(
+                    r"runtime ([\w-]+)", "\n".join(ln for ln in text.splitlines() if "classifier instance" in ln)
+                )
+                triton_sweep(
+                    f"classify, EfficientNet-Lite0 on {runtime[0] if runtime else '?'}",
+                    server,
+                    "classify",
+                    "500x375",
+                    ["grpc"],
+                    [1, 8],
+                    [1, 16, 64],
+                )
             finally:
                 server.__exit__(None, None, None)
 
@@ -361,8 +466,17 @@ def main(argv: list[str] | None = None) -> int:
         server = gpu_server(cfg, "soak")  # type: ignore[arg-type]
         try:
             with GpuMemorySampler(period=5.0) as mem:
-                triton_sweep(gpu_label(cfg) + f" soak {args.soak_seconds}s", server, "prep_sink", "500x375", ["grpc"], [8], [32],
-                             args.soak_seconds * 1000 // 4, "soak")
+                triton_sweep(
+                    gpu_label(cfg) + f" soak {args.soak_seconds}s",
+                    server,
+                    "prep_sink",
+                    "500x375",
+                    ["grpc"],
+                    [8],
+                    [32],
+                    args.soak_seconds * 1000 // 4,
+                    "soak",
+                )
             summary["soak_gpu_memory_mib"] = mem.samples
         finally:
             server.__exit__(None, None, None)
@@ -375,19 +489,38 @@ def main(argv: list[str] | None = None) -> int:
 
 def write_report(rows: list[dict], summary: dict, out: Path) -> None:
     """results.md, results.csv and the plots, from everything measured so far."""
-    keys = ["kind", "config", "size", "protocol", "images_per_request", "concurrency", "images_per_s", "p50_ms", "p90_ms",
-            "p99_ms", "server_queue_ms", "server_compute_ms", "composing"]
+    keys = [
+        "kind",
+        "config",
+        "size",
+        "protocol",
+        "images_per_request",
+        "concurrency",
+        "images_per_s",
+        "p50_ms",
+        "p90_ms",
+        "p99_ms",
+        "server_queue_ms",
+        "server_compute_ms",
+        "composing",
+    ]
     with open(out / "results.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=keys, extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
     lines = ["# tritonprep benchmark", "", *environment(), ""]
-    lines += ["| kind | config | size | proto | img/req | conc | img/s | p50 ms | p90 ms | p99 ms | queue ms | compute ms | per model |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "| kind | config | size | proto | img/req | conc | img/s | p50 ms | p90 ms | p99 ms | queue ms | compute ms "
+        "| per model |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['kind']} | {r['config']} | {r['size']} | {r['protocol']} | {r['images_per_request']} | {r['concurrency']} "
-                     f"| {r['images_per_s']:,.0f} | {r['p50_ms']:.2f} | {r['p90_ms']:.2f} | {r['p99_ms']:.2f} "
-                     f"| {r['server_queue_ms']:.2f} | {r['server_compute_ms']:.2f} | {r.get('composing', '')} |")
+        lines.append(
+            f"| {r['kind']} | {r['config']} | {r['size']} | {r['protocol']} | {r['images_per_request']} "
+            f"| {r['concurrency']} "
+            f"| {r['images_per_s']:,.0f} | {r['p50_ms']:.2f} | {r['p90_ms']:.2f} | {r['p99_ms']:.2f} "
+            f"| {r['server_queue_ms']:.2f} | {r['server_compute_ms']:.2f} | {r.get('composing', '')} |"
+        )
     best = lambda pred: max((r["images_per_s"] for r in rows if pred(r)), default=0.0)  # noqa: E731
     main_gpu = lambda r: r["kind"] == "triton" and r["config"].startswith("tritonprep GPU") and r["size"] == "500x375"  # noqa: E731
     gpu = best(lambda r: main_gpu(r) and r["protocol"] == "grpc")
@@ -395,32 +528,53 @@ def write_report(rows: list[dict], summary: dict, out: Path) -> None:
     cpu = best(lambda r: r["kind"] == "triton" and r["config"].startswith("tritonprep CPU"))
     dali = best(lambda r: r["kind"] == "dali" and r["size"] == "500x375")
     ceil = best(lambda r: r["kind"] == "decode_ceiling" and r["size"] == "500x375")
-    c1 = [r for r in rows if main_gpu(r) and r["concurrency"] == 1 and r["images_per_request"] == 1 and r["protocol"] == "grpc"]
+    c1 = [
+        r
+        for r in rows
+        if main_gpu(r) and r["concurrency"] == 1 and r["images_per_request"] == 1 and r["protocol"] == "grpc"
+    ]
     lines += ["", "## Summary (500x375 q90 JPEGs, gRPC)", ""]
     if "tuned_config" in summary:
         lines.append(f"- configuration chosen by the tuning phase: {summary['tuned_config']}")
-    lines.append(f"- tritonprep GPU preprocessing ensemble through Triton, best: **{gpu:,.0f} img/s** "
-                 f"(single-image requests: {gpu1:,.0f} img/s)")
+    lines.append(
+        f"- tritonprep GPU preprocessing ensemble through Triton, best: **{gpu:,.0f} img/s** "
+        f"(single-image requests: {gpu1:,.0f} img/s)"
+    )
     if dali:
-        lines.append(f"- DALI pipeline, best: **{dali:,.0f} img/s**; tritonprep / DALI = **{gpu / dali:.2f}x** (goal 1.25x)")
+        lines.append(
+            f"- DALI pipeline, best: **{dali:,.0f} img/s**; tritonprep / DALI = **{gpu / dali:.2f}x** (goal 1.25x)"
+        )
     if cpu:
-        lines.append(f"- tritonprep CPU executor through Triton, best: **{cpu:,.0f} img/s**; GPU / CPU = **{gpu / cpu:.1f}x** (goal 5x)")
+        lines.append(
+            f"- tritonprep CPU executor through Triton, best: **{cpu:,.0f} img/s**; "
+            f"GPU / CPU = **{gpu / cpu:.1f}x** (goal 5x)"
+        )
     if ceil:
         lines.append(f"- nvImageCodec hardware decode alone (ceiling): **{ceil:,.0f} img/s**")
     if c1:
-        lines.append(f"- concurrency 1, one image per request: p50 latency {c1[0]['p50_ms']:.2f} ms, mean server compute "
-                     f"{c1[0]['server_compute_ms']:.2f} ms ({c1[0].get('composing', '')})")
+        lines.append(
+            f"- concurrency 1, one image per request: p50 latency {c1[0]['p50_ms']:.2f} ms, mean server compute "
+            f"{c1[0]['server_compute_ms']:.2f} ms ({c1[0].get('composing', '')})"
+        )
     for k, v in summary.items():
         if k.startswith("gpu_memory") or k.startswith("soak"):
             vals = [x[1] if isinstance(x, (list, tuple)) else x for x in v]  # type: ignore[union-attr]
             if vals:
-                lines.append(f"- GPU memory used, {k}: min {min(vals)} MiB, max {max(vals)} MiB over {len(vals)} samples")
+                lines.append(
+                    f"- GPU memory used, {k}: min {min(vals)} MiB, max {max(vals)} MiB over {len(vals)} samples"
+                )
     if summary.get("profile_main"):
-        lines += ["", "Per-execute profile of the model instances (last lines of the main run):", "", "```",
-                  *summary["profile_main"], "```"]  # type: ignore[list-item]
+        lines += [
+            "",
+            "Per-execute profile of the model instances (last lines of the main run):",
+            "",
+            "```",
+            *summary["profile_main"],
+            "```",
+        ]  # type: ignore[list-item]
     lines += ["", *[f"![plot]({p})" for p in plot(rows, out, summary.get("soak_gpu_memory_mib"))]]
     (out / "results.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))  # noqa: T201 - the report is this script's output
+    sys.stdout.write("\n".join(lines) + "\n")  # the report is this script's output
 
 
 if __name__ == "__main__":

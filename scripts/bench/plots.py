@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """Plots of a benchmark run (needs matplotlib): reads the harness's results.csv, writes PNGs.
 
-  throughput_vs_concurrency.png  images/s against concurrent requests, per configuration
-  latency_percentiles.png        p50 / p99 latency against concurrent requests
-  cost_vs_pixels.png             images/s and megapixels/s per image size, per pipeline
-  soak_gpu_memory.png            GPU memory over a soak run (with --soak-summary)
+throughput_vs_concurrency.png  images/s against concurrent requests, per configuration
+latency_percentiles.png        p50 / p99 latency against concurrent requests
+cost_vs_pixels.png             images/s and megapixels/s per image size, per pipeline
+soak_gpu_memory.png            GPU memory over a soak run (with --soak-summary)
 
-    python scripts/bench/plots.py results.csv --out DIR [--soak-summary soak-summary.json]
+  python -m scripts.bench.plots results.csv --out DIR [--soak-summary soak-summary.json]
 """
 
 from __future__ import annotations
@@ -62,7 +62,9 @@ def plot_all(rows: list[dict], out: Path, soak: list | None = None) -> list[Path
         if r["kind"] == "dali" and r["size"] == "500x375":
             ax.axhline(r["images_per_s"], linestyle="--", color="gray")
             ax.annotate(r["config"], (1, r["images_per_s"]), fontsize=7, va="bottom")
-    ax.set(xscale="log", xlabel="concurrent requests", ylabel="images/s", title="Throughput vs concurrency, 500x375 JPEGs")
+    ax.set(
+        xscale="log", xlabel="concurrent requests", ylabel="images/s", title="Throughput vs concurrency, 500x375 JPEGs"
+    )
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=6)
     written.append(_save(fig, out / "throughput_vs_concurrency.png"))
@@ -71,10 +73,21 @@ def plot_all(rows: list[dict], out: Path, soak: list | None = None) -> list[Path
     for label, rs in sorted(series.items()):
         rs = sorted(rs, key=lambda r: r["concurrency"])
         line = ax.plot([r["concurrency"] for r in rs], [r["p50_ms"] for r in rs], marker="o", label=f"p50 {label}")
-        ax.plot([r["concurrency"] for r in rs], [r["p99_ms"] for r in rs], marker="x", linestyle="--",
-                color=line[0].get_color(), label=f"p99 {label}")
-    ax.set(xscale="log", yscale="log", xlabel="concurrent requests", ylabel="latency (ms)",
-           title="Latency percentiles vs concurrency, 500x375 JPEGs")
+        ax.plot(
+            [r["concurrency"] for r in rs],
+            [r["p99_ms"] for r in rs],
+            marker="x",
+            linestyle="--",
+            color=line[0].get_color(),
+            label=f"p99 {label}",
+        )
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="concurrent requests",
+        ylabel="latency (ms)",
+        title="Latency percentiles vs concurrency, 500x375 JPEGs",
+    )
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=5, ncol=2)
     written.append(_save(fig, out / "latency_percentiles.png"))
@@ -95,7 +108,13 @@ def plot_all(rows: list[dict], out: Path, soak: list | None = None) -> list[Path
             pts = sorted((SIZES[s], v) for (n, s), v in best.items() if n == name)
             a1.plot([p / 1e6 for p, _ in pts], [v for _, v in pts], marker="o", label=name)
             a2.plot([p / 1e6 for p, _ in pts], [v * p / 1e6 for p, v in pts], marker="o", label=name)
-        a1.set(xscale="log", yscale="log", xlabel="megapixels per image", ylabel="images/s", title="Throughput by image size")
+        a1.set(
+            xscale="log",
+            yscale="log",
+            xlabel="megapixels per image",
+            ylabel="images/s",
+            title="Throughput by image size",
+        )
         a2.set(xscale="log", xlabel="megapixels per image", ylabel="megapixels/s", title="Pixel rate by image size")
         for a in (a1, a2):
             a.grid(True, alpha=0.3)
@@ -119,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     soak = json.loads(args.soak_summary.read_text()).get("soak_gpu_memory_mib") if args.soak_summary else None
     for p in plot_all(read_rows(args.csv), args.out, soak):
-        print(p)  # noqa: T201
+        sys.stdout.write(f"{p}\n")
     return 0
 
 

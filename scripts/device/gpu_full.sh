@@ -5,7 +5,7 @@
 #      and the e2e suite against the GPU-backed server;
 #   2. with SOAK_REQUESTS=N: the hostile-traffic soak (scripts/soak.py) against the GPU server,
 #      with OVERLOAD=1 also scripts/overload.py (10x overload), figures as JSON in $OUT;
-#   3. the benchmark harness (scripts/bench/harness.py, PLAN=quick|full, HARNESS_ARGS=...).
+#   3. the benchmark harness (python -m scripts.bench.harness, PLAN=quick|full, HARNESS_ARGS=...).
 # Run after the last batch's take.sh, from the repository root; results go to $OUT.
 # Wheels (staged here with ../shared/device/stage-wheels, one device call per batch):
 #   'nvidia-pytriton==0.7.0' 'cupy-cuda13x==13.6.0' fastrlock 'numpy==1.26.4' 'nvidia-nvimgcodec-cu13==0.9.0.20'
@@ -14,12 +14,12 @@
 #   humanfriendly geventhttpclient gevent greenlet zope.event zope.interface certifi brotli
 #   and for the DALI comparison: 'nvidia-dali-cuda130==2.4.0' 'nvidia-libnvcomp-cu13==5.3.0.16' astunparse gast six
 #   optree makefun 'libcst~=1.8' pyyaml nvtx
-# Carry model_repository/classifier/1/model.onnx (make model) and .photos (scripts/bench_images.py --export-photos
+# Carry model_repository/classifier/1/model.onnx (make model) and .photos (python -m scripts.bench_images --export-photos
 # --out .photos) with the last batch.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 SITE=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-printf '%s\n%s\n' "$PWD/backend" "$PWD/client" > "$SITE/tritonprep-src.pth"  # the stub ignores PYTHONPATH
+printf '%s\n' "$PWD/backend" "$PWD/client" "$PWD/testkit" "$PWD" > "$SITE/tritonprep-src.pth"  # the stub ignores PYTHONPATH
 # pure-Python or numpy-1-compatible test/client dependencies the image already has
 for m in pygments ml_dtypes; do [ -e "$SITE/$m" ] || ln -s "/opt/torch/.venv/lib/python3.12/site-packages/$m" "$SITE/$m"; done
 export TRITONPREP_PHOTOS=${TRITONPREP_PHOTOS:-$PWD/.photos} PYTHONUNBUFFERED=1
@@ -39,7 +39,7 @@ if [ "${OVERLOAD:-0}" = 1 ]; then
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   # at most 8 files come back from $OUT: work in /tmp, copy the results, pack the server logs
-  timeout ${BENCH_TIMEOUT:-480} python3 scripts/bench/harness.py --out /tmp/bench --plan "${PLAN:-quick}" --phase "${PHASE:-all}" ${HARNESS_ARGS:-} \
+  timeout ${BENCH_TIMEOUT:-480} python3 -m scripts.bench.harness --out /tmp/bench --plan "${PLAN:-quick}" --phase "${PHASE:-all}" ${HARNESS_ARGS:-} \
     > "$OUT/harness.log" 2>&1; echo "harness rc=$?"
   tail -40 "$OUT/harness.log"
   cp /tmp/bench/results.md /tmp/bench/results.csv /tmp/bench/summary.json /tmp/bench/*.png "$OUT"/ 2>/dev/null

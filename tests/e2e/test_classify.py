@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -11,28 +10,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.conftest import encode
+from tritonprep_testkit.compare import reference_pixels
+from tritonprep_testkit.photos import encode
 
 pytestmark = pytest.mark.e2e
 
 CATS = {281, 282, 285}  # tabby, tiger cat, Egyptian cat
 ESPRESSO = 967
-
-
-def reference_pixels(data: bytes) -> np.ndarray:
-    """Independent reference for the preprocess model: written from torchvision's documented
-    semantics (Resize(256) on the shorter side, CenterCrop(224)) with Pillow + NumPy only."""
-    im = Image.open(io.BytesIO(data)).convert("RGB")
-    w, h = im.size
-    if w <= h:
-        size = (256, int(256 * h / w))
-    else:
-        size = (int(256 * w / h), 256)
-    im = im.resize(size, Image.Resampling.BILINEAR)
-    top = int(round((size[1] - 224) / 2.0))
-    left = int(round((size[0] - 224) / 2.0))
-    crop = np.asarray(im, dtype=np.float32)[top : top + 224, left : left + 224]
-    return ((crop - 127.0) / 128.0).transpose(2, 0, 1)
 
 
 def stats(server: object, model: str) -> dict:

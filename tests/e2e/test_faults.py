@@ -4,29 +4,21 @@ requests in flight. The figures come from scripts/faults.py, which prints them f
 
 from __future__ import annotations
 
-import argparse
 import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from scripts.faults import break_and_recover, drain
-from scripts.loadgen import GrpcSender, running_server
-from tritonprep import faults
+from tritonprep.triton import faults
+from tritonprep_client import images_array
+from tritonprep_testkit.faults import OUTAGE_ANSWERS, break_and_recover, drain, quick_settings
+from tritonprep_testkit.loadgen import GrpcSender
+from tritonprep_testkit.servers import running_server
 
 pytestmark = pytest.mark.e2e
 
 DEADLINE_S = 20.0
-# what a request sent while an instance is out of service may get: an error, in time (one that queued
-# behind the failed batch may be answered by its 2 s queue timeout while the server restarts)
-OUTAGE_ANSWERS = {"instance-failed", "stub-dead", "server-unavailable", "queue-timeout"}
-
-
-def fault_args(**kw: object) -> argparse.Namespace:
-    defaults = {"clients": 3, "timeout": 30.0, "warmup": 2.0, "after": 1.0, "max_recovery": 90.0, "grace": 2.0,
-                "in_preprocess": 2, "sleep": 1.5, "exit_timeout": 30}
-    return argparse.Namespace(**{**defaults, **kw})
 
 
 @pytest.fixture(scope="module")
@@ -51,13 +43,6 @@ def raw_infer(url: str, model: str, name: str, array: np.ndarray, datatype: str)
         return e
     finally:
         client.close()
-
-
-def images_array(images: list[bytes]) -> np.ndarray:
-    arr = np.empty((len(images), 1), dtype=np.object_)
-    for i, data in enumerate(images):
-        arr[i, 0] = data
-    return arr
 
 
 def test_a_fault_in_each_branch_fails_only_its_own_request(faulty, jpegs):
@@ -106,11 +91,13 @@ def test_a_fault_in_each_branch_fails_only_its_own_request(faulty, jpegs):
                 assert "DEADLINE" not in str(got.status()), name
     log = server.log_path.read_text()
     assert "retrying each request alone" in log  # the raise shared a batch with good requests
+    retry = log[log.index("retrying each request alone") :]
+    assert "Traceback (most recent call last)" in retry and "InjectedFault" in retry  # the log shows where it failed
     assert supervisor.restarts == 0 and server.is_ready()
 
 
 def test_fail_instance_answers_its_batch_then_the_server_restarts(tmp_path):
-    figures = break_and_recover("fail-instance", fault_args(), tmp_path)
+    figures = break_and_recover("fail-instance", quick_settings("fail-instance"), tmp_path)
     assert figures["trigger_request"] == "instance-failed"
     assert figures["restarts"] == 1 and figures["ready_at_end"]
     assert figures["client_threads_hung"] == 0
@@ -123,7 +110,7 @@ def test_fail_instance_answers_its_batch_then_the_server_restarts(tmp_path):
 def test_killed_stub_under_load_is_restarted(tmp_path):
     """kill -9 of the preprocess stub: the supervisor notices within a second, restarts the server,
     and requests succeed again; requests inside the dead stub get an error, not silence."""
-    figures = break_and_recover("kill-stub", fault_args(), tmp_path)
+    figures = break_and_recover("kill-stub", quick_settings("kill-stub"), tmp_path)
     assert figures["detected_after_s"] is not None and figures["detected_after_s"] < 2.0
     assert figures["restarts"] == 1 and figures["ready_at_end"]
     assert figures["requests_succeed_again_after_s"] is not None and figures["requests_succeed_again_after_s"] < 60
@@ -141,7 +128,7 @@ def test_killed_stub_under_load_is_restarted(tmp_path):
 def test_sigterm_lets_in_flight_requests_finish(tmp_path):
     """`tritonprep serve` gets SIGTERM while ensemble requests sit in preprocess (one executing, three
     queued behind it): they complete."""
-    figures = drain(fault_args(clients=4, sleep=1.5, exit_timeout=30), tmp_path)
+    figures = drain(quick_settings("drain", clients=4, sleep=1.5, exit_timeout=30), tmp_path)
     assert figures["in_preprocess_at_sigterm"] == 4, figures
     assert figures["in_flight_outcomes"] == {"ok": 4}, figures
     assert figures["launcher_exit_code"] == 0

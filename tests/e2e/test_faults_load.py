@@ -3,19 +3,26 @@ the full runs are `python -m scripts.overload` and `python -m scripts.soak`)."""
 
 from __future__ import annotations
 
-import argparse
-
 import pytest
 
-from scripts.overload import run as overload
-from scripts.soak import soak
+from tritonprep_testkit import overload, soak
 
 pytestmark = pytest.mark.e2e
 
 
 def test_ten_times_overload_is_rejected_fast_and_memory_levels_off():
-    figures = overload(argparse.Namespace(model="classify", factor=10.0, seconds=4.0, rounds=3, clients=4,
-                                          capacity_seconds=3.0, timeout=30.0, senders=1))
+    figures = overload.run(
+        overload.settings(
+            model="classify",
+            factor=10.0,
+            seconds=4.0,
+            rounds=3,
+            clients=4,
+            capacity_seconds=3.0,
+            timeout=30.0,
+            senders=1,
+        )
+    )
     assert figures["capacity_req_per_s"] > 5
     for r in figures["rounds"]:
         assert r["unanswered"] == 0, r  # every request got an answer before its deadline
@@ -38,10 +45,22 @@ def test_ten_times_overload_is_rejected_fast_and_memory_levels_off():
 
 
 def test_short_soak_has_no_unexpected_answers_and_stays_live(tmp_path):
-    args = argparse.Namespace(requests=1500, max_seconds=120.0, warmup=300, window=0.3, clients=3, bad=0.25,
-                              deadline=0.15, abort=0.05, classify_every=10, kill_every=2.0, max_growth_mb=50.0, seed=6,
-                              progress=0)
-    figures = soak(args, tmp_path)
+    args = soak.settings(
+        requests=1500,
+        max_seconds=120.0,
+        warmup=300,
+        window=0.3,
+        clients=3,
+        bad=0.25,
+        deadline=0.15,
+        abort=0.05,
+        classify_every=10,
+        kill_every=2.0,
+        max_growth_mb=50.0,
+        seed=6,
+        progress=0,
+    )
+    figures = soak.soak(args, tmp_path)
     assert figures["unexpected"] == 0, figures["unexpected_samples"]
     kinds = figures["outcomes_by_kind"]
     assert kinds["good"].get("ok", 0) > 500 and kinds["bad"] == {"rejected-input": sum(kinds["bad"].values())}

@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import re
-import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
-from scripts.loadgen import GrpcSender
-from tests.corpus import Item, build
-from tritonprep.executor import CpuExecutor
-from tritonprep.metrics import FLUSH_DELAY_S
-from tritonprep.spec import PreprocessSpec
+from tritonprep_testkit.corpus import Item, build
+from tritonprep_testkit.hostile import library_results, metrics, preprocess_concurrently
 
 pytestmark = pytest.mark.e2e
 
@@ -27,59 +22,6 @@ def subset() -> list[Item]:
         if len(item.data) < 3_000_000:
             by_group.setdefault(item.group, []).append(item)
     return [it for items in by_group.values() for it in items[:: max(1, len(items) // 6)][:6]]
-
-
-def metrics(server, settle_s: float = 10.0) -> dict[str, float]:
-    """tritonprep_* samples of the metrics endpoint, {'name{labels}': value}, once the counters
-    have stopped moving (the instance sends them in the background, FLUSH_DELAY_S after a change)."""
-    def read() -> dict[str, float]:
-        text = server.metrics_text()
-        return {k: float(v) for k, v in re.findall(r"^(tritonprep_[^ ]+) ([0-9.e+-]+)$", text, re.M)}
-
-    deadline = time.monotonic() + settle_s
-    last = read()
-    while time.monotonic() < deadline:
-        time.sleep(max(0.1, 5 * FLUSH_DELAY_S))
-        now = read()
-        if {k: v for k, v in now.items() if "_total" in k or "_count" in k} == \
-                {k: v for k, v in last.items() if "_total" in k or "_count" in k}:
-            return now
-        last = now
-    return last
-
-
-def library_results(items: list[Item]) -> list:
-    """What the CPU executor gives for each item's image alone (the reference)."""
-    ex = CpuExecutor(PreprocessSpec())
-    try:
-        return [ex.run([it.data]) for it in items]
-    finally:
-        ex.close()
-
-
-def preprocess_concurrently(server, images: list[bytes], threads: int = 8) -> list:
-    """One ``preprocess`` request per image, ``threads`` at a time (so that they share dynamic
-    batches); each answer is the PIXELS array or the InferenceServerException."""
-    import tritonclient.grpc as grpcclient
-    from tritonclient.utils import InferenceServerException
-
-    sender = GrpcSender(server.options.grpc_url)
-
-    def call(data: bytes):
-        arr = np.empty((1, 1), dtype=np.object_)
-        arr[0, 0] = data
-        inp = grpcclient.InferInput("IMAGE", [1, 1], "BYTES")
-        inp.set_data_from_numpy(arr)
-        try:
-            return sender.client.infer("preprocess", [inp], client_timeout=60).as_numpy("PIXELS")
-        except InferenceServerException as e:
-            return e
-
-    try:
-        with ThreadPoolExecutor(threads) as pool:
-            return list(pool.map(call, images))
-    finally:
-        sender.close()
 
 
 def test_corpus_subset_through_the_server_matches_the_library(server, subset):
@@ -116,9 +58,13 @@ def test_corpus_subset_through_the_server_matches_the_library(server, subset):
 
 def test_metrics_are_documented_and_typed(server):
     text = server.metrics_text()
-    for name, kind in (("tritonprep_images_total", "counter"), ("tritonprep_rejected_total", "counter"),
-                       ("tritonprep_decode_seconds_total", "counter"), ("tritonprep_preprocess_seconds", "histogram"),
-                       ("tritonprep_executing_requests", "gauge")):
+    for name, kind in (
+        ("tritonprep_images_total", "counter"),
+        ("tritonprep_rejected_total", "counter"),
+        ("tritonprep_decode_seconds_total", "counter"),
+        ("tritonprep_preprocess_seconds", "histogram"),
+        ("tritonprep_executing_requests", "gauge"),
+    ):
         assert f"# TYPE {name} {kind}" in text, name
     for path in ("cpu", "gpu_hw", "gpu_cuda", "cpu_fallback"):
         assert f'tritonprep_images_total{{model="preprocess",path="{path}"}}' in text
@@ -127,4 +73,8 @@ def test_metrics_are_documented_and_typed(server):
 
 def test_model_instance_logs_its_executor_and_decoder(server):
     log = server.log_path.read_text()
-    assert re.search(r"preprocess instance preprocess_0_0 \(CPU, device 0\): cpu executor, decoder Pillow; limits", log)
+    assert re.search(
+        r"preprocess instance preprocess_0_0 \(CPU, device 0\): CPU executor: Pillow decode and bilinear "
+        r"resize, \d+ threads; limits",
+        log,
+    )

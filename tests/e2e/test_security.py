@@ -11,10 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import MODEL_REPOSITORY
-from tritonprep.server import free_ports
 from tritonprep.errors import ServerError
-from tritonprep.server import ADMIN_HEADER, GRPC_HEADER_PREFIX, RESTRICTED_APIS, EmbeddedServer, ServerOptions
+from tritonprep.launcher.options import ADMIN_HEADER, GRPC_HEADER_PREFIX, RESTRICTED_APIS, ServerOptions
+from tritonprep.launcher.probes import free_ports
+from tritonprep.launcher.process import EmbeddedServer
+from tritonprep_testkit.servers import MODEL_REPOSITORY
 
 pytestmark = pytest.mark.e2e
 
@@ -31,8 +32,9 @@ RESTRICTED_CALLS = {
 
 
 def http(server: EmbeddedServer, method: str, path: str, headers: dict[str, str] | None = None) -> int:
-    request = urllib.request.Request(server.options.http_url + path, method=method, headers=headers or {},
-                                     data=b"{}" if method == "POST" else None)
+    request = urllib.request.Request(
+        server.options.http_url + path, method=method, headers=headers or {}, data=b"{}" if method == "POST" else None
+    )
     try:
         with urllib.request.urlopen(request, timeout=10) as r:
             return r.status
@@ -46,9 +48,28 @@ def tls_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
         pytest.skip("openssl is not installed (needed to make a test certificate)")
     d = tmp_path_factory.mktemp("tls")
     cert, key = d / "cert.pem", d / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
-                    "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+    )
     return cert, key
 
 
@@ -56,8 +77,15 @@ def tls_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def secure_server(tmp_path_factory: pytest.TempPathFactory, tls_files: tuple[Path, Path]):
     http_port, grpc_port, metrics_port = free_ports(3)
     cert, key = tls_files
-    options = ServerOptions(MODEL_REPOSITORY, http_port=http_port, grpc_port=grpc_port, metrics_port=metrics_port,
-                            admin_key=KEY, grpc_tls_cert=cert, grpc_tls_key=key)
+    options = ServerOptions(
+        MODEL_REPOSITORY,
+        http_port=http_port,
+        grpc_port=grpc_port,
+        metrics_port=metrics_port,
+        admin_key=KEY,
+        grpc_tls_cert=cert,
+        grpc_tls_key=key,
+    )
     with EmbeddedServer(options, tmp_path_factory.mktemp("secure") / "tritonserver.log") as server:
         yield server
 
@@ -86,8 +114,9 @@ def test_health_metadata_and_inference_stay_open(secure_server, jpegs):
 def grpc_client(server: EmbeddedServer, cert: Path | None):
     import tritonclient.grpc as grpcclient
 
-    return grpcclient.InferenceServerClient(server.options.grpc_url, ssl=cert is not None,
-                                            root_certificates=str(cert) if cert else None)
+    return grpcclient.InferenceServerClient(
+        server.options.grpc_url, ssl=cert is not None, root_certificates=str(cert) if cert else None
+    )
 
 
 def test_grpc_is_tls_only_and_restricts_the_same_apis(secure_server, tls_files, jpegs):
@@ -102,10 +131,12 @@ def test_grpc_is_tls_only_and_restricts_the_same_apis(secure_server, tls_files, 
     client = grpc_client(secure_server, cert)
     assert client.is_server_live(client_timeout=10)
     assert client.get_model_metadata("classify", client_timeout=10).name == "classify"
-    for call in (lambda h: client.get_model_config("preprocess", headers=h, client_timeout=10),
-                 lambda h: client.get_inference_statistics("preprocess", headers=h, client_timeout=10),
-                 lambda h: client.get_model_repository_index(headers=h, client_timeout=10),
-                 lambda h: client.get_log_settings(headers=h, client_timeout=10)):
+    for call in (
+        lambda h: client.get_model_config("preprocess", headers=h, client_timeout=10),
+        lambda h: client.get_inference_statistics("preprocess", headers=h, client_timeout=10),
+        lambda h: client.get_model_repository_index(headers=h, client_timeout=10),
+        lambda h: client.get_log_settings(headers=h, client_timeout=10),
+    ):
         for headers in (None, {ADMIN_HEADER: KEY}, {GRPC_HEADER_PREFIX + ADMIN_HEADER: "wrong"}):
             with pytest.raises(InferenceServerException) as e:
                 call(headers)
@@ -144,8 +175,11 @@ def test_invalid_security_options_are_refused(kw, needle):
 
 def test_unrestricted_opt_out_and_tls_flags_on_the_command_line(tls_files):
     cert, key = tls_files
-    cmd = " ".join(EmbeddedServer(ServerOptions(restricted_apis=(), grpc_tls_cert=cert, grpc_tls_key=key,
-                                                grpc_tls_root_cert=cert)).command(Path("b")))
+    cmd = " ".join(
+        EmbeddedServer(
+            ServerOptions(restricted_apis=(), grpc_tls_cert=cert, grpc_tls_key=key, grpc_tls_root_cert=cert)
+        ).command(Path("b"))
+    )
     assert "restricted" not in cmd
     assert f"--grpc-server-cert {cert}" in cmd and "--grpc-use-ssl-mutual true" in cmd and "--host" not in cmd
     assert "--http-address 127.0.0.1" in cmd and "--model-control-mode none" in cmd

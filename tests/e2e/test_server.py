@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import MODEL_REPOSITORY
-from tritonprep.server import free_ports
+from tritonprep.launcher.probes import free_ports
+from tritonprep_testkit.servers import MODEL_REPOSITORY
 
 pytestmark = pytest.mark.e2e
 
@@ -56,9 +56,21 @@ def wait_for(proc: subprocess.Popen, needle: str, timeout: float) -> list[str]:
 def test_serve_prints_endpoints_binds_localhost_and_stops_on_sigterm():
     http, grpc, metrics = free_ports(3)
     proc = subprocess.Popen(
-        [str(CLI), "serve", "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics),
-         "--log-file", os.devnull],
-        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        [
+            str(CLI),
+            "serve",
+            "--http-port",
+            str(http),
+            "--grpc-port",
+            str(grpc),
+            "--metrics-port",
+            str(metrics),
+            "--log-file",
+            os.devnull,
+        ],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
     )
     try:
         lines = wait_for(proc, "models ready:", 180)
@@ -86,9 +98,24 @@ def test_broken_model_repository_fails_with_the_cause(tmp_path):
     http, grpc, metrics = free_ports(3)
     log_file = tmp_path / "triton.log"
     r = subprocess.run(
-        [str(CLI), "serve", "--model-repository", str(repo), "--http-port", str(http), "--grpc-port", str(grpc),
-         "--metrics-port", str(metrics), "--log-file", str(log_file)],
-        capture_output=True, text=True, timeout=180, check=False,
+        [
+            str(CLI),
+            "serve",
+            "--model-repository",
+            str(repo),
+            "--http-port",
+            str(http),
+            "--grpc-port",
+            str(grpc),
+            "--metrics-port",
+            str(metrics),
+            "--log-file",
+            str(log_file),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
     )
     assert r.returncode == 1
     assert "tritonserver exited with code" in r.stderr

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import numpy as np
+import importlib.util
+
 import pytest
 
 
@@ -34,7 +35,13 @@ def nvimgcodec(cp):
     return nv
 
 
-def agreement(a: np.ndarray, b: np.ndarray) -> tuple[float, int]:
-    """(fraction of values within 1 of each other, max |a - b|) of two uint8-scale arrays."""
-    d = np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))
-    return float((d <= 1.0 + 1e-3).mean()), int(np.ceil(d.max() - 1e-3))
+@pytest.fixture(scope="module")
+def gpu_server(cp, nvimgcodec, request):
+    """The session server, which must have put preprocess on the GPU (KIND_AUTO on a GPU machine)."""
+    if importlib.util.find_spec("pytriton") is None:  # not imported: pytriton's own imports need more
+        pytest.skip("the embedded server (nvidia-pytriton) is not installed here")
+    server = request.getfixturevalue("server")
+    text = server.log_path.read_text()
+    assert "GPU executor on device" in text, "preprocess did not pick the GPU executor"
+    assert "decoder nvImageCodec" in text, "the preprocess instance's log line does not name its GPU decoder"
+    return server

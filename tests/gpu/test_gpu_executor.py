@@ -8,18 +8,18 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.conftest import encode
-from tests.gpu.conftest import agreement
 from tritonprep.errors import DecodeError, LimitExceeded
-from tritonprep.executor import CpuExecutor
+from tritonprep.executors.cpu import CpuExecutor
 from tritonprep.spec import Limits, PreprocessSpec
+from tritonprep_testkit.compare import agreement
+from tritonprep_testkit.photos import encode
 
 RAW = PreprocessSpec(mean=(0, 0, 0), std=(1, 1, 1))
 
 
 @pytest.fixture(scope="module")
 def gpu_executor(cp, nvimgcodec):
-    from tritonprep.gpu import GpuExecutor
+    from tritonprep.executors.gpu import GpuExecutor
 
     ex = GpuExecutor(RAW, 0)
     yield ex
@@ -31,7 +31,9 @@ def test_gpu_and_cpu_executors_agree_on_real_photos(gpu_executor, photos):
     g = gpu_executor.run(images)
     c = CpuExecutor(RAW).run(images)
     assert not g.errors and not c.errors
-    assert g.decoded_by.get("cpu_fallback") == 1 and g.decoded_by.get("gpu_hw", 0) + g.decoded_by.get("gpu_cuda", 0) == 4
+    assert (
+        g.decoded_by.get("cpu_fallback") == 1 and g.decoded_by.get("gpu_hw", 0) + g.decoded_by.get("gpu_cuda", 0) == 4
+    )
     gpu_out = g.output.get()
     for i, name in enumerate([*photos, "coffee.png"]):
         within, worst = agreement(gpu_out[i], c.output[i])
@@ -51,7 +53,7 @@ def test_bad_images_fail_alone(gpu_executor, jpegs):
 
 
 def test_limits_apply_before_gpu_decode(cp, nvimgcodec, jpegs):
-    from tritonprep.gpu import GpuExecutor
+    from tritonprep.executors.gpu import GpuExecutor
 
     with GpuExecutor(PreprocessSpec(limits=Limits(max_pixels=200_000)), 0) as ex:
         res = ex.run([jpegs["chelsea"], jpegs["astronaut"]])
@@ -63,7 +65,7 @@ STRETCH = PreprocessSpec(resize="stretch", output_height=300, output_width=300, 
 
 @pytest.fixture(scope="module")
 def stretch_executor(cp, nvimgcodec):
-    from tritonprep.gpu import GpuExecutor
+    from tritonprep.executors.gpu import GpuExecutor
 
     with GpuExecutor(STRETCH, 0) as ex:
         yield ex
@@ -92,7 +94,11 @@ def test_exif_orientation_on_the_gpu(stretch_executor, photos, orientation):
 
 @pytest.mark.parametrize("mode", ["L", "CMYK"])
 def test_grayscale_and_cmyk_jpegs(gpu_executor, photos, mode):
-    data = encode(np.asarray(Image.fromarray(photos["astronaut"]).convert(mode)), "JPEG", quality=95) if mode == "L" else None
+    data = (
+        encode(np.asarray(Image.fromarray(photos["astronaut"]).convert(mode)), "JPEG", quality=95)
+        if mode == "L"
+        else None
+    )
     if mode == "CMYK":
         buf = io.BytesIO()
         Image.fromarray(photos["astronaut"]).convert("CMYK").save(buf, "JPEG", quality=95)
@@ -113,12 +119,14 @@ def test_stream_ordering_stress(cp, nvimgcodec, photos):
     """Many back-to-back batches with recycled memory: every output must equal the first run's.
     A decode that wrote before earlier work on the stream finished (or a buffer released too
     early) shows up as a changed pixel."""
-    from tritonprep.gpu import GpuExecutor
+    from tritonprep.executors.gpu import GpuExecutor
 
     rng = np.random.default_rng(3)
     src = Image.fromarray(photos["chelsea"])
-    pool = [encode(np.asarray(src.resize((int(rng.integers(200, 1200)), int(rng.integers(200, 1200))))), "JPEG", quality=90)
-            for _ in range(24)]
+    pool = [
+        encode(np.asarray(src.resize((int(rng.integers(200, 1200)), int(rng.integers(200, 1200))))), "JPEG", quality=90)
+        for _ in range(24)
+    ]
     mismatches = 0
     with GpuExecutor(RAW, 0) as ex:
         reference = {i: ex.run([pool[i]]).output.get()[0] for i in range(len(pool))}
@@ -134,12 +142,14 @@ def test_stream_ordering_stress(cp, nvimgcodec, photos):
 
 def test_hardware_and_cuda_decoders_split_deterministically(cp, nvimgcodec, photos):
     """hw_decoder_share < 1: both decoders work at once, each image always goes to the same one."""
-    from tritonprep.gpu import GpuExecutor
+    from tritonprep.executors.gpu import GpuExecutor
 
     rng = np.random.default_rng(5)
     src = Image.fromarray(photos["coffee"])
-    pool = [encode(np.asarray(src.resize((int(rng.integers(300, 900)), int(rng.integers(300, 900))))), "JPEG", quality=90)
-            for _ in range(32)]
+    pool = [
+        encode(np.asarray(src.resize((int(rng.integers(300, 900)), int(rng.integers(300, 900))))), "JPEG", quality=90)
+        for _ in range(32)
+    ]
     spec = PreprocessSpec(mean=(0, 0, 0), std=(1, 1, 1), hw_decoder_share=0.5)
     with GpuExecutor(spec, 0) as ex:
         first = ex.run(pool)
@@ -153,7 +163,7 @@ def test_hardware_and_cuda_decoders_split_deterministically(cp, nvimgcodec, phot
 def test_gpu_kernels_without_nvimgcodec_decode_on_the_cpu(cp, photos, jpegs):
     """gpu_decoder=pillow (what an instance gets without nvImageCodec): Pillow decodes, the GPU
     kernel preprocesses, and the result equals the CPU executor's up to the kernel's rounding."""
-    from tritonprep.gpu import GpuExecutor
+    from tritonprep.executors.gpu import GpuExecutor
 
     spec = PreprocessSpec(mean=(0, 0, 0), std=(1, 1, 1), gpu_decoder="pillow")
     images = [jpegs["chelsea"], encode(photos["coffee"], "PNG")]
@@ -163,3 +173,12 @@ def test_gpu_kernels_without_nvimgcodec_decode_on_the_cpu(cp, photos, jpegs):
     ref = CpuExecutor(RAW).run(images).output
     for g, c in zip(res.output.get(), ref):
         assert agreement(g, c)[0] >= 0.999
+
+
+def test_describe_names_the_decoder_in_use(gpu_executor, cp):
+    """The instance's log line names the decoder that really runs (it once always said Pillow)."""
+    from tritonprep.executors.gpu import GpuExecutor
+
+    assert "decoder nvImageCodec" in gpu_executor.describe() and "GPU executor on device 0" in gpu_executor.describe()
+    with GpuExecutor(PreprocessSpec(gpu_decoder="pillow"), 0) as pillow:
+        assert "decoder Pillow (CPU) + upload" in pillow.describe()

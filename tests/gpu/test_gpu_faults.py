@@ -13,7 +13,7 @@ import importlib.util
 
 import pytest
 
-from tests.e2e.test_faults import OUTAGE_ANSWERS, fault_args
+from tritonprep_testkit.faults import OUTAGE_ANSWERS, break_and_recover, quick_settings
 
 
 @pytest.fixture
@@ -23,9 +23,7 @@ def gpu_faults(cp, nvimgcodec):
 
 
 def test_illegal_address_takes_the_instance_out_and_the_server_restarts(gpu_faults, tmp_path):
-    from scripts.faults import break_and_recover
-
-    figures = break_and_recover("cuda-illegal-address", fault_args(), tmp_path)
+    figures = break_and_recover("cuda-illegal-address", quick_settings("cuda-illegal-address"), tmp_path)
     print(figures)  # noqa: T201 - the figures go into the GPU test report
     assert figures["trigger_request"] == "instance-failed", figures
     assert "CUDA error" in figures["trigger_message"] and "illegal" in figures["trigger_message"].lower(), figures

@@ -13,14 +13,13 @@ from collections import Counter
 
 import numpy as np
 
-from tests.e2e.test_hostile import library_results, metrics, preprocess_concurrently
-from tests.gpu.test_gpu_server import gpu_server  # noqa: F401 - fixture
+from tritonprep_testkit.hostile import library_results, metrics, preprocess_concurrently
 
 LEVEL = 1 / 128  # one uint8 level after (x - 127) / 128
 
 
-def test_corpus_on_the_gpu_matches_the_cpu_executor(gpu_server):  # noqa: F811
-    from tests.corpus import build
+def test_corpus_on_the_gpu_matches_the_cpu_executor(gpu_server):
+    from tritonprep_testkit.corpus import build
 
     items = [it for it in build() if len(it.data) < 3_000_000]
     local = library_results(items)
@@ -45,8 +44,9 @@ def test_corpus_on_the_gpu_matches_the_cpu_executor(gpu_server):  # noqa: F811
             d = np.abs(got[0] - want.output[0]) / LEVEL
             worst.append((float(d.max()), float((d > 1.01).mean()), item.name))
             if d.max() > 8 or (d > 2.01).mean() > 0.01:
-                mismatches.append(f"{item.name}: pixels differ (max {d.max():.1f} levels, "
-                                  f"{(d > 1.01).mean():.4%} beyond 1 level)")
+                mismatches.append(
+                    f"{item.name}: pixels differ (max {d.max():.1f} levels, {(d > 1.01).mean():.4%} beyond 1 level)"
+                )
     worst.sort(reverse=True)
     print(f"{len(items)} corpus items; 5 largest pixel differences (levels, share > 1 level): {worst[:5]}")  # noqa: T201
     assert not mismatches, "\n".join(mismatches)
@@ -54,8 +54,10 @@ def test_corpus_on_the_gpu_matches_the_cpu_executor(gpu_server):  # noqa: F811
 
     after = metrics(gpu_server)
     delta = {k: after[k] - before.get(k, 0.0) for k in after}
-    paths = {p: delta.get(f'tritonprep_images_total{{model="preprocess",path="{p}"}}', 0.0)
-             for p in ("gpu_hw", "gpu_cuda", "cpu_fallback", "cpu")}
+    paths = {
+        p: delta.get(f'tritonprep_images_total{{model="preprocess",path="{p}"}}', 0.0)
+        for p in ("gpu_hw", "gpu_cuda", "cpu_fallback", "cpu")
+    }
     print(f"decoded by path: {paths}")  # noqa: T201
     decoded = sum(1 for it, got in zip(items, answers) if isinstance(got, np.ndarray))
     assert sum(paths.values()) == decoded
@@ -63,7 +65,12 @@ def test_corpus_on_the_gpu_matches_the_cpu_executor(gpu_server):  # noqa: F811
     reasons = Counter(w.errors[0].reason for it, w in zip(items, local) if w.errors and it.expect != "any")
     for reason, n in reasons.items():  # the "any" items add to some reasons
         assert delta[f'tritonprep_rejected_total{{model="preprocess",reason="{reason}"}}'] >= n, reason
-    assert sum(delta.get(f'tritonprep_rejected_total{{model="preprocess",reason="{r}"}}', 0.0)
-               for r in ("decode", "format", "limit", "invalid")) == len(items) - decoded
+    assert (
+        sum(
+            delta.get(f'tritonprep_rejected_total{{model="preprocess",reason="{r}"}}', 0.0)
+            for r in ("decode", "format", "limit", "invalid")
+        )
+        == len(items) - decoded
+    )
     log = gpu_server.log_path.read_text()
     assert re.search(r"preprocess instance preprocess_0_0 \(GPU, device 0\): gpu executor, decoder ", log)

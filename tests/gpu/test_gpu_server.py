@@ -2,32 +2,22 @@
 
 from __future__ import annotations
 
-import importlib.util
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
-from tests.conftest import ONNX, encode
-
-
-@pytest.fixture(scope="module")
-def gpu_server(cp, nvimgcodec, request):
-    """The session server, which must have put preprocess on the GPU (KIND_AUTO on a GPU machine)."""
-    if importlib.util.find_spec("pytriton") is None:  # not imported: pytriton's own imports need more
-        pytest.skip("the embedded server (nvidia-pytriton) is not installed here")
-    server = request.getfixturevalue("server")
-    text = server.log_path.read_text()
-    assert "GPU executor on device" in text, "preprocess did not pick the GPU executor"
-    return server
+from tritonprep_testkit.compare import reference_pixels
+from tritonprep_testkit.photos import encode
+from tritonprep_testkit.servers import ONNX
 
 
 def cpu_reference(images: list[bytes]) -> np.ndarray:
     """Probabilities from the CPU executor + ONNX Runtime, in this process."""
     import onnxruntime as ort
 
-    from tritonprep.executor import CpuExecutor
-    from tritonprep.postprocess import softmax
+    from tritonprep.classifier.postprocess import softmax
+    from tritonprep.executors.cpu import CpuExecutor
     from tritonprep.spec import PreprocessSpec
 
     x = CpuExecutor(PreprocessSpec()).run(images).output
@@ -62,8 +52,6 @@ def test_outputs_stay_on_the_gpu_into_the_classifier(gpu_server, gpu_client, jpe
 
 
 def test_preprocessed_pixels_within_one_level_of_pillow(gpu_client, jpegs):
-    from tests.e2e.test_classify import reference_pixels
-
     images = [jpegs["chelsea"], jpegs["astronaut"]]
     got = gpu_client.preprocess(images)
     for g, data in zip(got, images):

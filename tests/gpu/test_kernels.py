@@ -6,24 +6,21 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.gpu.conftest import agreement
-from tritonprep.executor import normalize_window, resize_pil
-from tritonprep.geometry import plan_resize
+from tritonprep.executors.cpu import normalize_window, resize_pil
 from tritonprep.spec import PreprocessSpec
+from tritonprep_testkit.compare import agreement
 
 
 def gpu_preprocess(cp, spec: PreprocessSpec, arrays: list[np.ndarray]) -> np.ndarray:
     """Upload uint8 RGB arrays and run the kernel on all of them in one launch."""
-    from tritonprep.kernels import ops
+    from tritonprep.executors.gpu import resize_into
 
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:
         dev = [cp.asarray(a) for a in arrays]
-        sources = [(d.data.ptr, a.shape[1], a.shape[0], a.shape[1] * 3) for d, a in zip(dev, arrays)]
-        plans = [plan_resize(spec, a.shape[1], a.shape[0]) for a in arrays]
-        out = cp.full((len(arrays),) + spec.output_shape, np.nan, dtype=np.float16 if spec.dtype == "FP16" else np.float32)
-        ptrs, meta = ops.pack_meta(sources, plans, list(range(len(arrays))))
-        ops.launch_resize_normalize(spec, ptrs, meta, out, stream)
+        sources = {i: (d.data.ptr, a.shape[1], a.shape[0], a.shape[1] * 3) for i, (d, a) in enumerate(zip(dev, arrays))}
+        out = cp.full((len(arrays),) + spec.output_shape, np.nan, dtype=spec.numpy_dtype)
+        resize_into(spec, sources, out, stream)
         stream.synchronize()
         return cp.asnumpy(out)
 
@@ -40,10 +37,10 @@ RAW = PreprocessSpec(mean=(0, 0, 0), std=(1, 1, 1))  # outputs in pixel units
 @pytest.mark.parametrize(
     "geometry",
     [
-        {"resize_shorter": 256},                                            # ImageNet eval: ~1.2-2.5x down
-        {"resize_shorter": 64, "output_size": (56, 56)},                     # ~5-10x down
-        {"resize_shorter": 1024, "output_size": (896, 896)},                 # 1.6-3.4x up
-        {"resize": "stretch", "output_size": (300, 500)},                    # different factor per axis
+        {"resize_shorter": 256},  # ImageNet eval: ~1.2-2.5x down
+        {"resize_shorter": 64, "output_size": (56, 56)},  # ~5-10x down
+        {"resize_shorter": 1024, "output_size": (896, 896)},  # 1.6-3.4x up
+        {"resize": "stretch", "output_size": (300, 500)},  # different factor per axis
         {"resize": "letterbox", "output_size": (640, 640), "pad_value": 114},
     ],
     ids=["crop256", "down8x", "up2x", "stretch", "letterbox"],
@@ -51,8 +48,14 @@ RAW = PreprocessSpec(mean=(0, 0, 0), std=(1, 1, 1))  # outputs in pixel units
 def test_kernel_matches_pillow_on_real_photos(cp, photos, interpolation, geometry):
     geometry = dict(geometry)
     size = geometry.pop("output_size", (224, 224))
-    spec = PreprocessSpec(output_height=size[0], output_width=size[1], interpolation=interpolation, mean=(0, 0, 0),
-                          std=(1, 1, 1), **geometry)
+    spec = PreprocessSpec(
+        output_height=size[0],
+        output_width=size[1],
+        interpolation=interpolation,
+        mean=(0, 0, 0),
+        std=(1, 1, 1),
+        **geometry,
+    )
     arrays = list(photos.values())
     got = gpu_preprocess(cp, spec, arrays)
     assert not np.isnan(got).any(), "kernel left output values unwritten"
@@ -66,8 +69,9 @@ def test_kernel_matches_pillow_on_real_photos(cp, photos, interpolation, geometr
 @pytest.mark.parametrize("order", ["RGB", "BGR"])
 @pytest.mark.parametrize("dtype", ["FP32", "FP16"])
 def test_layout_order_dtype_and_normalization(cp, photos, layout, order, dtype):
-    spec = PreprocessSpec(layout=layout, channel_order=order, dtype=dtype, mean=(123.675, 116.28, 103.53),
-                          std=(58.395, 57.12, 57.375))
+    spec = PreprocessSpec(
+        layout=layout, channel_order=order, dtype=dtype, mean=(123.675, 116.28, 103.53), std=(58.395, 57.12, 57.375)
+    )
     arr = photos["chelsea"]
     got = gpu_preprocess(cp, spec, [arr])[0].astype(np.float32)
     want = cpu_preprocess(spec, arr).astype(np.float32)

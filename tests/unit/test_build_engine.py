@@ -1,4 +1,4 @@
-"""Engine builds without TensorRT: cache keys, atomic writes, both builders against fakes, scripts/build_engine.
+"""Engine builds without TensorRT: cache keys, atomic writes, both builders against fakes, scripts/build_engine.py.
 
 TensorRT cannot be installed here, so the builders run against stand-ins: a fake ``tensorrt``
 module that records the Python-API calls, a fake ``trtexec`` (a shell script that writes the
@@ -13,6 +13,7 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -20,9 +21,9 @@ import types
 from pathlib import Path
 
 import pytest
-from tritonprep import trt_engine
-from tritonprep.errors import ConfigError, RuntimeUnavailable
-from tritonprep.trt_engine import (
+
+from tritonprep.classifier import engines as trt_engine
+from tritonprep.classifier.engines import (
     INSTALL_HINT,
     BuildOptions,
     EngineBuildError,
@@ -35,14 +36,18 @@ from tritonprep.trt_engine import (
     find_builder,
     key_path,
     needs_build,
+    network_input,
     read_key,
     timing_cache_key,
     write_atomically,
     write_key,
 )
+from tritonprep.errors import ConfigError, RuntimeUnavailable
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "build_engine"
+SCRIPT = ROOT / "scripts" / "build_engine.py"
+CLASSIFIER = ROOT / "model_repository" / "classifier"
+DIMS = (3, 224, 224)  # EfficientNet-Lite0's input, as the classifier configs declare it
 H100 = Platform("10.11.0", "NVIDIA H100 80GB HBM3", "9.0")
 L4 = Platform("10.11.0", "NVIDIA L4", "8.9")
 
@@ -57,9 +62,12 @@ def load_script() -> types.ModuleType:
 
 @pytest.fixture
 def onnx(tmp_path: Path) -> Path:
-    path = tmp_path / "src" / "model.onnx"
-    path.parent.mkdir()
+    """An ONNX file in a classifier model folder, beside the configs that declare its input."""
+    path = tmp_path / "classifier" / "1" / "model.onnx"
+    path.parent.mkdir(parents=True)
     path.write_bytes(b"onnx bytes v1")
+    (path.parent.parent / "configs").mkdir()
+    shutil.copy(CLASSIFIER / "configs" / "tensorrt.pbtxt", path.parent.parent / "configs")
     return path
 
 
@@ -108,21 +116,30 @@ class FakeBuilder:
 )
 def test_build_options_reject_inconsistent_values(kwargs):
     with pytest.raises(ConfigError):
-        BuildOptions(**kwargs)
+        BuildOptions(**{"input_dims": DIMS, **kwargs})
 
 
 def test_build_options_defaults_match_the_classifier_config():
-    o = BuildOptions()
+    o = BuildOptions(DIMS)
     assert (o.fp16, o.min_batch, o.opt_batch, o.max_batch) == (True, 1, 64, 256)
-    assert o.input_name == "input" and o.shape(256) == (256, 3, 224, 224)
+    assert o.input_name == "input" and o.shape(256) == (256, *DIMS)
     assert BuildOptions(input_dims=[3, 224, 224]).input_dims == (3, 224, 224)  # normalized to a tuple
+    with pytest.raises(TypeError):
+        BuildOptions()  # the dims come from the classifier config, never from a default here
+
+
+def test_network_input_is_read_from_the_classifier_configs():
+    for name in ("config.pbtxt", "configs/tensorrt.pbtxt", "configs/onnxruntime.pbtxt"):
+        assert network_input(CLASSIFIER / name) == ("input", DIMS), name
+    with pytest.raises(ConfigError, match="declares no input"):
+        network_input(CLASSIFIER.parent / "classify" / "1" / ".gitkeep")
 
 
 # ------------------------------------------------------------------------------ keys
 def test_engine_key_survives_a_round_trip_through_the_key_file(tmp_path):
     plan = tmp_path / "model.plan"
     plan.write_bytes(b"x")
-    key = engine_key("abc", H100, BuildOptions(), "trtexec")
+    key = engine_key("abc", H100, BuildOptions(DIMS), "trtexec")
     write_key(plan, key)
     assert read_key(plan) == key and not needs_build(plan, key)
     assert key["input_dims"] == [3, 224, 224] and key["gpu_name"] == H100.gpu_name and key["builder"] == "trtexec"
@@ -134,15 +151,15 @@ def test_engine_key_survives_a_round_trip_through_the_key_file(tmp_path):
         {"onnx_sha256": "def"},
         {"platform": Platform("10.12.0", H100.gpu_name, "9.0")},
         {"platform": L4},
-        {"options": BuildOptions(fp16=False)},
-        {"options": BuildOptions(max_batch=128)},
-        {"options": BuildOptions(opt_batch=32)},
+        {"options": BuildOptions(DIMS, fp16=False)},
+        {"options": BuildOptions(DIMS, max_batch=128)},
+        {"options": BuildOptions(DIMS, opt_batch=32)},
         {"builder": "tensorrt-python"},
     ],
     ids=["onnx", "tensorrt", "gpu", "fp16", "max-batch", "opt-batch", "builder"],
 )
 def test_any_change_of_onnx_platform_options_or_builder_changes_the_key(tmp_path, change):
-    base = {"onnx_sha256": "abc", "platform": H100, "options": BuildOptions(), "builder": "trtexec"}
+    base = {"onnx_sha256": "abc", "platform": H100, "options": BuildOptions(DIMS), "builder": "trtexec"}
     plan = tmp_path / "model.plan"
     plan.write_bytes(b"x")
     write_key(plan, engine_key(**base))
@@ -187,36 +204,36 @@ def test_write_atomically_keeps_the_old_file_when_the_rename_fails(tmp_path, mon
 # ------------------------------------------------------------------------------ build_or_reuse
 def test_build_or_reuse_builds_once_and_rebuilds_only_on_change(tmp_path, onnx):
     plan, builder = tmp_path / "repo" / "model.plan", FakeBuilder()
-    opts = BuildOptions()
+    opts = BuildOptions(DIMS)
     assert build_or_reuse(onnx, plan, opts, builder=builder, platform=H100) is True
     assert plan.read_bytes() == b"plan:onnx bytes v1" and read_key(plan)["onnx_sha256"]
     assert build_or_reuse(onnx, plan, opts, builder=builder, platform=H100) is False  # skipped
     assert builder.builds == 1
     assert build_or_reuse(onnx, plan, opts, builder=builder, platform=L4) is True  # another GPU
-    assert build_or_reuse(onnx, plan, BuildOptions(fp16=False), builder=builder, platform=L4) is True
+    assert build_or_reuse(onnx, plan, BuildOptions(DIMS, fp16=False), builder=builder, platform=L4) is True
     onnx.write_bytes(b"onnx bytes v2")  # a new export
-    assert build_or_reuse(onnx, plan, BuildOptions(fp16=False), builder=builder, platform=L4) is True
+    assert build_or_reuse(onnx, plan, BuildOptions(DIMS, fp16=False), builder=builder, platform=L4) is True
     assert plan.read_bytes() == b"plan:onnx bytes v2"
-    assert build_or_reuse(onnx, plan, BuildOptions(fp16=False), builder=builder, platform=L4, force=True) is True
+    assert build_or_reuse(onnx, plan, BuildOptions(DIMS, fp16=False), builder=builder, platform=L4, force=True) is True
     assert builder.builds == 5
 
 
 def test_an_interrupted_build_leaves_no_key_so_the_next_run_rebuilds(tmp_path, onnx):
     plan = tmp_path / "model.plan"
-    build_or_reuse(onnx, plan, BuildOptions(), builder=FakeBuilder(), platform=H100)
+    build_or_reuse(onnx, plan, BuildOptions(DIMS), builder=FakeBuilder(), platform=H100)
     onnx.write_bytes(b"onnx bytes v2")
     with pytest.raises(EngineBuildError):
-        build_or_reuse(onnx, plan, BuildOptions(), builder=FakeBuilder(fail=True), platform=H100)
+        build_or_reuse(onnx, plan, BuildOptions(DIMS), builder=FakeBuilder(fail=True), platform=H100)
     assert not key_path(plan).exists()  # the old plan stays, but is no longer trusted
     onnx.write_bytes(b"onnx bytes v1")  # even reverting to the old ONNX rebuilds
     again = FakeBuilder()
-    assert build_or_reuse(onnx, plan, BuildOptions(), builder=again, platform=H100) is True and again.builds == 1
+    assert build_or_reuse(onnx, plan, BuildOptions(DIMS), builder=again, platform=H100) is True and again.builds == 1
 
 
 def test_timing_cache_is_kept_for_the_same_platform_and_discarded_for_another(tmp_path, onnx):
     plan, cache = tmp_path / "model.plan", tmp_path / "timing.cache"
     builder = FakeBuilder()
-    build_or_reuse(onnx, plan, BuildOptions(), builder=builder, platform=H100, timing_cache=cache)
+    build_or_reuse(onnx, plan, BuildOptions(DIMS), builder=builder, platform=H100, timing_cache=cache)
     assert read_key(cache) == timing_cache_key(H100, "fake")
     seen: list[bytes | None] = []
     original = builder.build
@@ -226,16 +243,17 @@ def test_timing_cache_is_kept_for_the_same_platform_and_discarded_for_another(tm
         original(onnx_path, plan_path, options, timing_cache=timing_cache, device_id=device_id)
 
     builder.build = spy
-    build_or_reuse(onnx, plan, BuildOptions(fp16=False), builder=builder, platform=H100, timing_cache=cache)
-    build_or_reuse(onnx, plan, BuildOptions(fp16=False), builder=builder, platform=L4, timing_cache=cache)
+    build_or_reuse(onnx, plan, BuildOptions(DIMS, fp16=False), builder=builder, platform=H100, timing_cache=cache)
+    build_or_reuse(onnx, plan, BuildOptions(DIMS, fp16=False), builder=builder, platform=L4, timing_cache=cache)
     assert seen == [b"cache 1", None]  # reused on the H100, dropped before building for the L4
     assert read_key(cache) == timing_cache_key(L4, "fake")
 
 
 def test_build_or_reuse_explains_a_missing_onnx(tmp_path):
     with pytest.raises(ConfigError, match="make model"):
-        build_or_reuse(tmp_path / "missing.onnx", tmp_path / "model.plan", BuildOptions(), builder=FakeBuilder(),
-                       platform=H100)
+        build_or_reuse(
+            tmp_path / "missing.onnx", tmp_path / "model.plan", BuildOptions(DIMS), builder=FakeBuilder(), platform=H100
+        )
 
 
 # ------------------------------------------------------------------------------ platform queries
@@ -279,8 +297,17 @@ def test_query_gpu_reads_name_and_compute_capability_from_the_driver(monkeypatch
         trt_engine.query_gpu(0)
 
 
-@pytest.mark.parametrize("number, text", [(101100, "10.11.0"), (100300, "10.3.0"), (101303, "10.13.3"),
-                                          (110100, "11.1.0"), (8601, "8.6.1"), (8402, "8.4.2")])
+@pytest.mark.parametrize(
+    "number, text",
+    [
+        (101100, "10.11.0"),
+        (100300, "10.3.0"),
+        (101303, "10.13.3"),
+        (110100, "11.1.0"),
+        (8601, "8.6.1"),
+        (8402, "8.4.2"),
+    ],
+)
 def test_decode_tensorrt_version(number, text):
     assert decode_tensorrt_version(number) == text
 
@@ -321,7 +348,12 @@ def fake_trtexec(tmp_path: Path) -> Path:
 
 def test_trtexec_command_has_nvidias_flags_for_a_dynamic_batch_fp16_build(tmp_path):
     cmd = TrtexecBuilder(Path("/usr/src/tensorrt/bin/trtexec")).command(
-        Path("/m/model.onnx"), Path("/e/model.plan"), BuildOptions(), timing_cache=Path("/e/timing.cache"), device_id=1)
+        Path("/m/model.onnx"),
+        Path("/e/model.plan"),
+        BuildOptions(DIMS),
+        timing_cache=Path("/e/timing.cache"),
+        device_id=1,
+    )
     assert cmd == [
         "/usr/src/tensorrt/bin/trtexec",
         "--onnx=/m/model.onnx",
@@ -335,7 +367,7 @@ def test_trtexec_command_has_nvidias_flags_for_a_dynamic_batch_fp16_build(tmp_pa
         "--fp16",
         "--timingCacheFile=/e/timing.cache",
     ]
-    small = BuildOptions(fp16=False, opt_batch=8, max_batch=8)
+    small = BuildOptions(DIMS, fp16=False, opt_batch=8, max_batch=8)
     fp32 = TrtexecBuilder(Path("trtexec")).command(Path("m.onnx"), Path("p.plan"), small)
     assert "--fp16" not in fp32 and "--maxShapes=input:8x3x224x224" in fp32
     assert not any(a.startswith("--timingCacheFile") for a in fp32)
@@ -343,24 +375,29 @@ def test_trtexec_command_has_nvidias_flags_for_a_dynamic_batch_fp16_build(tmp_pa
 
 def test_trtexec_build_writes_the_plan_atomically(tmp_path, onnx, fake_trtexec):
     plan = tmp_path / "engines" / "model.plan"
-    TrtexecBuilder(fake_trtexec).build(onnx, plan, BuildOptions())
+    TrtexecBuilder(fake_trtexec).build(onnx, plan, BuildOptions(DIMS))
     assert plan.read_bytes() == b"serialized engine" and stat.S_IMODE(plan.stat().st_mode) == 0o644
     assert [p.name for p in plan.parent.iterdir()] == ["model.plan"]
     args = (fake_trtexec.parent / "args.txt").read_text().splitlines()
     assert f"--onnx={onnx}" in args and args[1].startswith(f"--saveEngine={plan.parent}/.model.plan.")
 
 
-@pytest.mark.parametrize("env, message", [("FAKE_TRTEXEC_FAIL", "exit code 1:.*getDimensions: oops"),
-                                          ("FAKE_TRTEXEC_EMPTY", "exit code 0")])
-def test_trtexec_failure_keeps_the_old_plan_and_reports_the_log_tail(tmp_path, onnx, fake_trtexec, monkeypatch,
-                                                                     env, message):
+@pytest.mark.parametrize(
+    "env, message", [("FAKE_TRTEXEC_FAIL", "exit code 1:.*getDimensions: oops"), ("FAKE_TRTEXEC_EMPTY", "exit code 0")]
+)
+def test_trtexec_failure_keeps_the_old_plan_and_reports_the_log_tail(
+    tmp_path, onnx, fake_trtexec, monkeypatch, env, message
+):
     plan = tmp_path / "model.plan"
     plan.write_bytes(b"old engine")
     monkeypatch.setenv(env, "1")
     with pytest.raises(EngineBuildError, match=f"(?s){message}"):
-        TrtexecBuilder(fake_trtexec).build(onnx, plan, BuildOptions())
+        TrtexecBuilder(fake_trtexec).build(onnx, plan, BuildOptions(DIMS))
     assert plan.read_bytes() == b"old engine" and sorted(p.name for p in tmp_path.iterdir()) == [
-        "bin", "model.plan", "src"]
+        "bin",
+        "classifier",
+        "model.plan",
+    ]
 
 
 # ------------------------------------------------------------------------------ builder choice
@@ -388,8 +425,9 @@ def test_trtexec_is_found_on_path_or_given_explicitly(no_tensorrt, fake_trtexec,
 
 
 # ------------------------------------------------------------------------------ Python API (fake tensorrt)
-def make_fake_tensorrt(*, input_name="input", input_shape=(-1, 3, 224, 224), parse_ok=True, build_ok=True,
-                       fp16_flag=True) -> types.ModuleType:
+def make_fake_tensorrt(
+    *, input_name="input", input_shape=(-1, 3, 224, 224), parse_ok=True, build_ok=True, fp16_flag=True
+) -> types.ModuleType:
     """A stand-in for TensorRT 10's Python API, recording what the builder asks of it."""
     trt = types.ModuleType("tensorrt")
     trt.__version__ = "10.11.0.33"
@@ -486,13 +524,13 @@ def test_python_builder_builds_an_fp16_engine_with_one_batch_profile(tmp_path, o
     assert isinstance(builder, PythonBuilder) and builder.tensorrt_version() == "10.11.0.33"
     plan, cache = tmp_path / "model.plan", tmp_path / "timing.cache"
     cache.write_bytes(b"old")
-    builder.build(onnx, plan, BuildOptions(), timing_cache=cache)
+    builder.build(onnx, plan, BuildOptions(DIMS), timing_cache=cache)
     assert plan.read_bytes() == b"python engine" and cache.read_bytes() == b"timing:old"
     assert trt.calls["parsed"] == str(onnx) and trt.calls["network_flags"] == 0
     assert trt.calls["flags"] == ["FP16"] and trt.calls["pool"] == ("WORKSPACE", 4096 << 20)
     assert trt.calls["shapes"] == [("input", (1, 3, 224, 224), (64, 3, 224, 224), (256, 3, 224, 224))]
     assert trt.calls["ignore_mismatch"] is False
-    builder.build(onnx, plan, BuildOptions(fp16=False))
+    builder.build(onnx, plan, BuildOptions(DIMS, fp16=False))
     assert trt.calls["flags"] == ["FP16"]  # no flag the second time
 
 
@@ -512,22 +550,41 @@ def test_python_builder_errors_say_what_went_wrong(tmp_path, onnx, monkeypatch, 
     monkeypatch.setitem(sys.modules, "tensorrt", make_fake_tensorrt(**fake))
     plan = tmp_path / "model.plan"
     with pytest.raises(error, match=match):
-        PythonBuilder().build(onnx, plan, BuildOptions(**options))
+        PythonBuilder().build(onnx, plan, BuildOptions(**{"input_dims": DIMS, **options}))
     assert not plan.exists()
 
 
-# ------------------------------------------------------------------------------ scripts/build_engine
+# ------------------------------------------------------------------------------ scripts/build_engine.py
 def run_script(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120,
-                          env=env, cwd=ROOT, check=False)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=ROOT,
+        check=False,
+    )
 
 
 def test_script_is_executable_and_documents_its_options():
     assert os.access(SCRIPT, os.X_OK)
     r = run_script("--help")
     assert r.returncode == 0
-    for flag in ("--onnx", "--output", "--fp16", "--no-fp16", "--min-batch", "--opt-batch", "--max-batch",
-                 "--timing-cache", "--force", "--builder", "--trtexec", "Exit codes"):
+    for flag in (
+        "--onnx",
+        "--output",
+        "--fp16",
+        "--no-fp16",
+        "--min-batch",
+        "--opt-batch",
+        "--max-batch",
+        "--timing-cache",
+        "--force",
+        "--builder",
+        "--trtexec",
+        "Exit codes",
+    ):
         assert flag in r.stdout, flag
 
 
@@ -561,12 +618,24 @@ def test_script_builds_then_skips_with_trtexec(tmp_path, onnx, fake_trtexec, mon
     monkeypatch.setattr(script, "query_gpu", lambda device: ("NVIDIA L4", "8.9"))
     monkeypatch.setattr(trt_engine, "libnvinfer_version", lambda: "10.13.3")
     plan, cache = tmp_path / "out" / "model.plan", tmp_path / "out" / "timing.cache"
-    argv = ["--onnx", str(onnx), "--output", str(plan), "--trtexec", str(fake_trtexec), "--timing-cache", str(cache),
-            "--opt-batch", "32"]
+    argv = [
+        "--onnx",
+        str(onnx),
+        "--output",
+        str(plan),
+        "--trtexec",
+        str(fake_trtexec),
+        "--timing-cache",
+        str(cache),
+        "--opt-batch",
+        "32",
+    ]
     assert script.main(argv) == 0
     first = capsys.readouterr().out
-    assert first.startswith(f"built {plan} with trtexec in ") and "NVIDIA L4 (sm 8.9), TensorRT 10.13.3, fp16, " \
-        "batch 1/32/256" in first
+    assert (
+        first.startswith(f"built {plan} with trtexec in ")
+        and "NVIDIA L4 (sm 8.9), TensorRT 10.13.3, fp16, batch 1/32/256" in first
+    )
     assert json.loads(key_path(plan).read_text())["opt_batch"] == 32
     args = (fake_trtexec.parent / "args.txt").read_text().splitlines()
     assert f"--timingCacheFile={cache}" in args and "--optShapes=input:32x3x224x224" in args
@@ -577,8 +646,7 @@ def test_script_builds_then_skips_with_trtexec(tmp_path, onnx, fake_trtexec, mon
     assert "--fp16" not in (fake_trtexec.parent / "args.txt").read_text().splitlines()
 
 
-def test_script_reports_a_failed_build_with_exit_code_1(tmp_path, onnx, fake_trtexec, monkeypatch, capsys,
-                                                        no_tensorrt):
+def test_script_reports_a_failed_build_with_exit_code_1(tmp_path, onnx, fake_trtexec, monkeypatch, capsys, no_tensorrt):
     script = load_script()
     monkeypatch.setattr(script, "query_gpu", lambda device: ("NVIDIA L4", "8.9"))
     monkeypatch.setattr(trt_engine, "libnvinfer_version", lambda: "10.13.3")

@@ -39,9 +39,17 @@ def test_expand_paths_lists_images_in_folders_and_reports_problems(tmp_path):
     empty.mkdir()
     items = expand_paths([str(tmp_path), str(tmp_path / "nope.jpg"), str(empty)])
     names = [(name.replace(str(tmp_path), "T"), err) for name, _, err in items]
-    assert names == [("T/a.JPG", None), ("T/sub/b.png", None), ("T/nope.jpg", "no such file or directory"),
-                     ("T/empty", "folder holds no image files (.jpg .png .webp .bmp .gif .tiff)")]
+    assert names == [
+        ("T/a.JPG", None),
+        ("T/sub/b.png", None),
+        ("T/nope.jpg", "no such file or directory"),
+        ("T/empty", "folder holds no image files (.jpg .png .webp .bmp .gif .tiff)"),
+    ]
 
 
 def test_prediction_json():
-    assert Prediction(285, "Egyptian cat", 0.123456789).as_dict() == {"index": 285, "label": "Egyptian cat", "score": 0.123457}
+    assert Prediction(285, "Egyptian cat", 0.123456789).as_dict() == {
+        "index": 285,
+        "label": "Egyptian cat",
+        "score": 0.123457,
+    }

@@ -32,8 +32,8 @@ from dockerfile_parse import DockerfileParser
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from tritonprep.server import ADMIN_HEADER, GRPC_HEADER_PREFIX, RESTRICTED_APIS
-from tritonprep.trt_engine import INSTALL_HINT, BuildOptions
+from tritonprep.classifier.engines import INSTALL_HINT, BuildOptions, network_input
+from tritonprep.launcher.options import ADMIN_HEADER, GRPC_HEADER_PREFIX, RESTRICTED_APIS
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
@@ -281,8 +281,10 @@ def test_image_tags_agree_everywhere(compose):
     assert re.fullmatch(r"\d{2}\.\d{2}", tag), f"pin a release, not {tag!r}"
     assert compose["services"]["triton"]["build"]["args"]["TRITON_TAG"] == tag
     assert compose["services"]["triton"]["image"] == f"tritonprep-triton:{tag}"
-    for container in k8s_deployment()["spec"]["template"]["spec"]["initContainers"] + \
-            k8s_deployment()["spec"]["template"]["spec"]["containers"]:
+    for container in (
+        k8s_deployment()["spec"]["template"]["spec"]["initContainers"]
+        + k8s_deployment()["spec"]["template"]["spec"]["containers"]
+    ):
         assert container["image"] == f"REGISTRY/tritonprep-triton:{tag}"
 
 
@@ -313,8 +315,11 @@ def test_the_images_cuda_has_a_gpu_extra_with_cupy_below_14():
 
 
 def test_everything_the_dockerfile_copies_exists_and_is_not_ignored():
-    ignore = [line.strip() for line in (DOCKER / "Dockerfile.dockerignore").read_text().splitlines()
-              if line.strip() and not line.startswith("#")]
+    ignore = [
+        line.strip()
+        for line in (DOCKER / "Dockerfile.dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     assert ignore[0] == "*"  # an allow-list
     allowed = {line[1:] for line in ignore if line.startswith("!")}
     for instr in dockerfile().structure:
@@ -324,7 +329,7 @@ def test_everything_the_dockerfile_copies_exists_and_is_not_ignored():
         for src in parts[:-1]:
             assert (ROOT / src).exists(), src
             assert any(src == a or src.startswith(a + "/") for a in allowed), f"{src} is excluded by the ignore file"
-    for script in ("scripts/build_engine", "docker/prepare-classifier", "docker/with-cuda-pools"):
+    for script in ("scripts/build_engine.py", "docker/prepare-classifier", "docker/with-cuda-pools"):
         assert (ROOT / script).stat().st_mode & 0o111, f"{script} is not executable"
 
 
@@ -364,8 +369,9 @@ def test_container_config_agrees_with_the_embedded_config_and_the_preprocess_out
     assert cfg.HasField("dynamic_batching")
     pre = load_config(REPO / "preprocess" / "config.pbtxt")
     ensemble = load_config(REPO / "classify" / "config.pbtxt")
-    pre_step, cls_step = (next(s for s in ensemble.ensemble_scheduling.step if s.model_name == n)
-                          for n in ("preprocess", "classifier"))
+    pre_step, cls_step = (
+        next(s for s in ensemble.ensemble_scheduling.step if s.model_name == n) for n in ("preprocess", "classifier")
+    )
     for model_input, tensor in cls_step.input_map.items():
         produced = next(k for k, v in pre_step.output_map.items() if v == tensor)
         out = next(o for o in pre.output if o.name == produced)
@@ -376,9 +382,12 @@ def test_container_config_agrees_with_the_embedded_config_and_the_preprocess_out
 
 def test_engine_profiles_cover_max_batch_size():
     trt = load_config(REPO / "classifier" / "configs" / "tensorrt.pbtxt")
-    options = BuildOptions()
+    options = BuildOptions(network_input(REPO / "classifier" / "configs" / "tensorrt.pbtxt")[1])
     assert options.max_batch == trt.max_batch_size
-    assert (options.input_name, options.input_dims) == (trt.input[0].name, tuple(trt.input[0].dims))
+    assert network_input(REPO / "classifier" / "configs" / "tensorrt.pbtxt") == (
+        trt.input[0].name,
+        tuple(trt.input[0].dims),
+    )
     ort = load_config(REPO / "classifier" / "configs" / "onnxruntime.pbtxt")
     accel = ort.optimization.execution_accelerators.gpu_execution_accelerator
     assert [a.name for a in accel] == ["tensorrt"]
@@ -429,8 +438,14 @@ def test_k8s_service_exposes_the_three_ports():
 
 # ---------------------------------------------------------------------------- the shell steps, run
 def run_with_cuda_pools(args: list[str], dev: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["sh", str(DOCKER / "with-cuda-pools"), *args], capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin", "TRITONPREP_DEV_DIR": str(dev), **env}, check=False, timeout=30)
+    return subprocess.run(
+        ["sh", str(DOCKER / "with-cuda-pools"), *args],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "TRITONPREP_DEV_DIR": str(dev), **env},
+        check=False,
+        timeout=30,
+    )
 
 
 def test_with_cuda_pools_adds_one_pool_per_visible_gpu(tmp_path):
@@ -438,7 +453,8 @@ def test_with_cuda_pools_adds_one_pool_per_visible_gpu(tmp_path):
         (tmp_path / node).touch()
     r = run_with_cuda_pools(["echo", "tritonserver", "--x=1"], tmp_path)
     assert r.returncode == 0 and r.stdout.split() == ["tritonserver", "--x=1"] + [
-        f"--cuda-memory-pool-byte-size={i}:{512 << 20}" for i in range(3)]
+        f"--cuda-memory-pool-byte-size={i}:{512 << 20}" for i in range(3)
+    ]
     r = run_with_cuda_pools(["echo"], tmp_path, CUDA_VISIBLE_DEVICES="2", TRITON_CUDA_POOL_MB="64")
     assert r.stdout.split() == [f"--cuda-memory-pool-byte-size=0:{64 << 20}"]
 
@@ -452,10 +468,21 @@ def test_with_cuda_pools_without_gpus_or_with_bad_input(tmp_path):
 
 
 def run_prepare(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    base = {"PATH": "/usr/bin:/bin", "CLASSIFIER_SRC": str(tmp_path / "src"), "ENGINES_DIR": str(tmp_path / "eng"),
-            "BUILD_ENGINE": f"{sys.executable} {ROOT / 'scripts' / 'build_engine'}", "HOME": str(tmp_path)}
-    return subprocess.run(["sh", str(DOCKER / "prepare-classifier")], capture_output=True, text=True,
-                          env={**base, **env}, check=False, timeout=120)
+    base = {
+        "PATH": "/usr/bin:/bin",
+        "CLASSIFIER_SRC": str(tmp_path / "src"),
+        "ENGINES_DIR": str(tmp_path / "eng"),
+        "BUILD_ENGINE": f"{sys.executable} {ROOT / 'scripts' / 'build_engine.py'}",
+        "HOME": str(tmp_path),
+    }
+    return subprocess.run(
+        ["sh", str(DOCKER / "prepare-classifier")],
+        capture_output=True,
+        text=True,
+        env={**base, **env},
+        check=False,
+        timeout=120,
+    )
 
 
 @pytest.fixture

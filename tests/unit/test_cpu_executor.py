@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.conftest import encode
 from tritonprep.errors import DecodeError, LimitExceeded
-from tritonprep.executor import CpuExecutor, create_executor, normalize_window
+from tritonprep.executors import create_executor
+from tritonprep.executors.cpu import CpuExecutor, normalize_window
 from tritonprep.spec import Limits, PreprocessSpec
+from tritonprep_testkit.photos import encode
 
 
 def test_batch_keeps_order_and_isolates_bad_images(jpegs):
@@ -33,15 +34,23 @@ def test_layout_channel_order_and_dtype(photos, layout, order, dtype):
     spec = PreprocessSpec(layout=layout, channel_order=order, dtype=dtype, mean=(10, 20, 30), std=(2, 4, 8))
     out = CpuExecutor(spec).run([encode(photos["astronaut"], "PNG")]).output[0]
     assert out.dtype == (np.float32 if dtype == "FP32" else np.float16)
-    ref = CpuExecutor(PreprocessSpec(mean=(10, 20, 30), std=(2, 4, 8))).run([encode(photos["astronaut"], "PNG")]).output[0]
+    ref = (
+        CpuExecutor(PreprocessSpec(mean=(10, 20, 30), std=(2, 4, 8)))
+        .run([encode(photos["astronaut"], "PNG")])
+        .output[0]
+    )
     chw = out if layout == "NCHW" else out.transpose(2, 0, 1)
     if order == "BGR":
         chw = chw[::-1]
-    np.testing.assert_allclose(chw.astype(np.float32), ref, rtol=1e-3 if dtype == "FP16" else 0, atol=1e-2 if dtype == "FP16" else 0)
+    np.testing.assert_allclose(
+        chw.astype(np.float32), ref, rtol=1e-3 if dtype == "FP16" else 0, atol=1e-2 if dtype == "FP16" else 0
+    )
 
 
 def test_letterbox_pads_with_the_normalised_pad_value(photos):
-    spec = PreprocessSpec(resize="letterbox", output_height=320, output_width=320, pad_value=114, mean=(0, 0, 0), std=(255, 255, 255))
+    spec = PreprocessSpec(
+        resize="letterbox", output_height=320, output_width=320, pad_value=114, mean=(0, 0, 0), std=(255, 255, 255)
+    )
     wide = encode(photos["astronaut"][:256, :], "PNG")  # 512x256 -> 320x160, 80 rows of padding above and below
     out = CpuExecutor(spec).run([wide]).output[0]
     pad = 114 / 255
@@ -92,4 +101,6 @@ def test_cpu_output_matches_pillow_resize_then_crop(photos):
         rw, rh = (256, int(256 * h / w)) if w <= h else (int(256 * w / h), 256)
         full = np.asarray(im.resize((rw, rh), Image.Resampling.BILINEAR))
         top, left = int(round((rh - 224) / 2)), int(round((rw - 224) / 2))
-        np.testing.assert_array_equal(out.transpose(1, 2, 0), full[top : top + 224, left : left + 224].astype(np.float32), err_msg=f"{w}x{h} {s}")
+        np.testing.assert_array_equal(
+            out.transpose(1, 2, 0), full[top : top + 224, left : left + 224].astype(np.float32), err_msg=f"{w}x{h} {s}"
+        )

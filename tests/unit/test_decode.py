@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.conftest import encode
 from tritonprep.decode import check_encoded, sniff_format
-from tritonprep.decode.cpu import decode_rgb
 from tritonprep.decode.jpeg import parse_jpeg
+from tritonprep.decode.pillow import decode_rgb
 from tritonprep.errors import DecodeError, LimitExceeded, UnsupportedFormat
 from tritonprep.spec import Limits
+from tritonprep_testkit.photos import encode
 
 LIMITS = Limits()
 
@@ -124,8 +124,8 @@ def test_exif_orientation_of_the_marker_walk_agrees_with_pillow():
 
     from PIL import Image
 
-    from tests.corpus import build
     from tritonprep.decode.jpeg import parse_jpeg
+    from tritonprep_testkit.corpus import build
 
     checked = 0
     for item in build():
@@ -138,5 +138,6 @@ def test_exif_orientation_of_the_marker_walk_agrees_with_pillow():
             assert header.orientation == Image.open(io.BytesIO(item.data)).getexif().get(0x0112, 1), item.name
             checked += 1
     assert checked > 20
-    assert {parse_jpeg(it.data, 100).orientation for it in build() if it.name.startswith("orientation/jpeg-")} == \
-        set(range(1, 9))
+    assert {parse_jpeg(it.data, 100).orientation for it in build() if it.name.startswith("orientation/jpeg-")} == set(
+        range(1, 9)
+    )

@@ -1,4 +1,4 @@
-"""The hostile-input corpus (tests/corpus.py) through the CPU decoder and the CPU executor.
+"""The hostile-input corpus (tritonprep_testkit.corpus) through the CPU decoder and the CPU executor.
 
 Every item must give either the correct pixels or a clean ImageError subclass: never
 another exception, never a hang, never a half-decoded picture.
@@ -13,17 +13,27 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.corpus import Item, build, limits_items
 from tritonprep.decode import sniff_format, validate
-from tritonprep.decode.cpu import decode_rgb
 from tritonprep.decode.headers import header_size
+from tritonprep.decode.pillow import decode_rgb
 from tritonprep.errors import ImageError
-from tritonprep.executor import CpuExecutor
+from tritonprep.executors.cpu import CpuExecutor
 from tritonprep.spec import Limits, PreprocessSpec
+from tritonprep_testkit.corpus import Item, build, limits_items
 
 LIMITS = Limits()
-GROUPS = ("valid", "orientation", "exif-broken", "markers", "magic", "sof", "bomb", "truncated", "bitflip-header",
-          "bitflip-data")
+GROUPS = (
+    "valid",
+    "orientation",
+    "exif-broken",
+    "markers",
+    "magic",
+    "sof",
+    "bomb",
+    "truncated",
+    "bitflip-header",
+    "bitflip-data",
+)
 #: no corpus item may take longer than this to decode or reject (the largest is a 16.7 MP bomb)
 MAX_SECONDS = 3.0
 
@@ -75,11 +85,32 @@ def test_corpus_group_decodes_correctly_or_fails_cleanly(corpus, group):
 
 def test_corpus_covers_what_the_issue_lists(corpus):
     names = {it.name for it in corpus}
-    for needle in ("truncated/", "bitflip-header/", "bitflip-data/", "magic/", "magic/empty", "sof/width-0",
-                   "sof/65535x65535", "exif-broken/", "markers/200-app15", "markers/200-com", "valid/png-16bit",
-                   "valid/png-palette", "valid/jpeg-cmyk", "valid/jpeg-gray", "valid/jpeg-progressive", "valid/gif",
-                   "valid/webp", "valid/bmp", "valid/tiff", "valid/png-1x1", "valid/png-1x20000", "bomb/png",
-                   "bomb/gif", "bomb/tiff"):
+    for needle in (
+        "truncated/",
+        "bitflip-header/",
+        "bitflip-data/",
+        "magic/",
+        "magic/empty",
+        "sof/width-0",
+        "sof/65535x65535",
+        "exif-broken/",
+        "markers/200-app15",
+        "markers/200-com",
+        "valid/png-16bit",
+        "valid/png-palette",
+        "valid/jpeg-cmyk",
+        "valid/jpeg-gray",
+        "valid/jpeg-progressive",
+        "valid/gif",
+        "valid/webp",
+        "valid/bmp",
+        "valid/tiff",
+        "valid/png-1x1",
+        "valid/png-1x20000",
+        "bomb/png",
+        "bomb/gif",
+        "bomb/tiff",
+    ):
         assert any(n.startswith(needle) for n in names), needle
     assert {f"orientation/jpeg-{o}" for o in range(1, 9)} <= names
     assert len([n for n in names if n.startswith("truncated/")]) >= 100
@@ -91,8 +122,11 @@ def test_orientations_turn_a_landscape_photo_as_a_viewer_would(corpus):
         [item] = [it for it in corpus if it.name == f"orientation/jpeg-{o}"]
         got = decode_rgb(item.data, LIMITS)
         assert got.shape[:2] == ((120, 200) if o <= 4 else (200, 120)), o
-        others = [np.abs(got.astype(int) - ref.want.astype(int)).mean() for ref in corpus
-                  if ref.name.startswith("orientation/jpeg-") and ref.name != item.name and ref.want.shape == got.shape]
+        others = [
+            np.abs(got.astype(int) - ref.want.astype(int)).mean()
+            for ref in corpus
+            if ref.name.startswith("orientation/jpeg-") and ref.name != item.name and ref.want.shape == got.shape
+        ]
         assert min(others) > 10 * max(1.0, np.abs(got.astype(int) - item.want.astype(int)).mean()), o
 
 

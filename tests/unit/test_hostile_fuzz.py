@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tritonprep_testkit.servers import REPO
 
 RUNS = 4000
 
@@ -17,9 +17,26 @@ RUNS = 4000
 @pytest.mark.skipif(importlib.util.find_spec("atheris") is None, reason="atheris has no wheel for this Python")
 def test_fuzzing_finds_no_crash_and_no_hang(tmp_path):
     out = tmp_path / "fuzz.json"
-    r = subprocess.run([sys.executable, "-m", "scripts.fuzz", "--runs", str(RUNS), "--timeout", "10",
-                        "--artifacts", str(tmp_path / "artifacts"), "--json", str(out)],
-                       cwd=REPO, capture_output=True, text=True, timeout=240, check=False)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scripts.fuzz",
+            "--runs",
+            str(RUNS),
+            "--timeout",
+            "10",
+            "--artifacts",
+            str(tmp_path / "artifacts"),
+            "--json",
+            str(out),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
     assert out.is_file(), r.stdout + r.stderr
     figures = json.loads(out.read_text())
     assert figures["crashes"] == 0, (tmp_path / "artifacts", r.stdout)

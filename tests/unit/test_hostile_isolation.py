@@ -9,11 +9,11 @@ import weakref
 import numpy as np
 import pytest
 
-from tritonprep import faults
 from tritonprep.errors import DecodeError, InstanceFailed
-from tritonprep.executor import CpuExecutor
+from tritonprep.executors.cpu import CpuExecutor
 from tritonprep.spec import PreprocessSpec
-from tritonprep.triton_glue import detach_errors
+from tritonprep.triton import faults
+from tritonprep.triton.responses import detach_errors
 
 
 @pytest.fixture(scope="module")
@@ -52,9 +52,14 @@ def test_trigger_images_act_then_carry_a_real_image(executor, jpegs):
         ex.run([jpegs["chelsea"], faults.trigger("raise")])
     with pytest.raises(InstanceFailed, match="unrecoverable"):
         ex.run([faults.trigger("fail-instance", jpegs["chelsea"])])
+    t0 = time.monotonic()
+    executor.run([jpegs["chelsea"], jpegs["coffee"]])
+    plain_s = time.monotonic() - t0
     start = time.monotonic()
-    res = ex.run([faults.trigger("sleep:0.3", jpegs["chelsea"]), faults.trigger("sleep:0.3"), jpegs["coffee"]])
-    assert 0.3 <= time.monotonic() - start < 0.6 + 1.0  # one sleep per batch, not one per request
+    res = ex.run([faults.trigger("sleep:0.5", jpegs["chelsea"]), faults.trigger("sleep:0.5"), jpegs["coffee"]])
+    elapsed = time.monotonic() - start
+    # one sleep per batch, not one per request: two sleeps would take >= 1.0 s + the images' own time
+    assert 0.5 <= elapsed < 0.5 + plain_s + 0.4, (elapsed, plain_s)
     assert set(res.errors) == {1} and isinstance(res.errors[1], DecodeError)  # an empty payload is an empty image
     plain = executor.run([jpegs["chelsea"]])
     np.testing.assert_array_equal(res.output[0], plain.output[0])

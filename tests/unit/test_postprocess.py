@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from tritonprep.postprocess import imagenet_labels, softmax, top_k
+from tritonprep.classifier.postprocess import imagenet_labels, softmax, top_k
 
 
 def test_labels_are_the_imagenet_1k_names():
     labels = imagenet_labels()
     assert len(labels) == 1000
     assert (labels[0], labels[281], labels[285], labels[967], labels[999]) == (
-        "tench", "tabby", "Egyptian cat", "espresso", "toilet tissue")
+        "tench",
+        "tabby",
+        "Egyptian cat",
+        "espresso",
+        "toilet tissue",
+    )
 
 
 def test_top_k_agrees_with_a_full_sort():

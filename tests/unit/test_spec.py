@@ -9,7 +9,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from tritonprep.errors import ConfigError
-from tritonprep.spec import Limits, PreprocessSpec
+from tritonprep.spec import PARAMETERS, Limits, PreprocessSpec, parameter_table
 
 REPO = Path(__file__).resolve().parents[2] / "model_repository"
 
@@ -69,11 +69,21 @@ def test_repository_preprocess_config_gives_the_lite0_spec():
 
 
 def test_parameters_are_parsed_and_normalised():
-    spec = PreprocessSpec.from_parameters({
-        "output_size": "320,640", "resize": "Letterbox", "interpolation": "BICUBIC", "mean": "0", "std": "255",
-        "channel_order": "bgr", "layout": "nhwc", "dtype": "fp16", "pad_value": "114", "allowed_formats": "jpeg, png",
-        "max_pixels": "1000",
-    })
+    spec = PreprocessSpec.from_parameters(
+        {
+            "output_size": "320,640",
+            "resize": "Letterbox",
+            "interpolation": "BICUBIC",
+            "mean": "0",
+            "std": "255",
+            "channel_order": "bgr",
+            "layout": "nhwc",
+            "dtype": "fp16",
+            "pad_value": "114",
+            "allowed_formats": "jpeg, png",
+            "max_pixels": "1000",
+        }
+    )
     assert (spec.output_height, spec.output_width) == (320, 640) and spec.resize == "letterbox"
     assert spec.interpolation == "bicubic" and spec.mean == (0.0,) * 3 and spec.std == (255.0,) * 3
     assert (spec.channel_order, spec.layout, spec.dtype, spec.pad_value) == ("BGR", "NHWC", "FP16", 114)
@@ -88,7 +98,11 @@ def test_parameters_are_parsed_and_normalised():
         ({"mean": "1,2"}, "1 or 3 values"),
         ({"std": "1,0,1"}, "non-zero"),
         ({"resize_shorter": "200"}, "center crop fits"),
-        ({"output_size": "a,b"}, "comma-separated numbers"),
+        ({"output_size": "a,b"}, "must be an integer"),
+        ({"output_size": "224.9,224"}, "must be an integer, got '224.9'"),  # was truncated to 224
+        ({"output_size": "224"}, "2 comma-separated integers"),
+        ({"hw_decoder": "yes"}, "true or false"),
+        ({"interpolation": "nearest"}, "interpolation must be one of bilinear, bicubic"),
         ({"layout": "CHW"}, "layout"),
         ({"dtype": "INT8"}, "dtype"),
         ({"executor": "tpu"}, "executor"),
@@ -114,3 +128,29 @@ def test_output_config_must_agree_with_the_spec():
         PreprocessSpec.from_model_config(cfg)
     with pytest.raises(ConfigError, match="no output named 'OUT'"):
         PreprocessSpec.from_model_config(as_json_config(load_config(REPO / "preprocess" / "config.pbtxt")), "OUT")
+
+
+def test_the_table_defaults_are_the_dataclass_defaults():
+    """Every parameter's documented default builds the same spec as the dataclass defaults."""
+    assert PreprocessSpec.from_parameters({p.name: p.default for p in PARAMETERS}) == PreprocessSpec()
+
+
+def test_every_field_has_exactly_one_parameter():
+    from dataclasses import fields
+
+    targets = [t for p in PARAMETERS for t in (p.target if isinstance(p.target, tuple) else (p.target,))]
+    spec_fields = {f.name for f in fields(PreprocessSpec)} - {"limits"} | {f"limits.{f.name}" for f in fields(Limits)}
+    assert sorted(targets) == sorted(spec_fields)
+
+
+def test_a_choice_is_checked_once_in_code_as_in_config():
+    """Choices are validated by the dataclass, so a spec built in code is held to the same rules."""
+    with pytest.raises(ConfigError, match="resize must be one of"):
+        PreprocessSpec(resize="crop")
+    with pytest.raises(ConfigError, match="resize must be one of"):
+        PreprocessSpec.from_parameters({"resize": "crop"})
+
+
+def test_the_readme_lists_every_parameter_as_the_table_says():
+    readme = (REPO.parent / "README.md").read_text()
+    assert parameter_table() in readme, "README's parameter table differs from `python -m tritonprep.spec`"

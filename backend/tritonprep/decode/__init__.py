@@ -1,5 +1,9 @@
-"""Image decoding: format sniffing and input limits (here), Pillow on the CPU (:mod:`.cpu`),
-nvImageCodec on the GPU (:mod:`.gpu`).
+"""Image decoding and the checks before it; owns every byte a client sends until it is pixels.
+
+* :mod:`.checks` - signature, allowed formats and limits from the header (:func:`validate`)
+* :mod:`.jpeg` - the JPEG marker walker; :mod:`.headers` - picture sizes of the other formats
+* :mod:`.pillow` - Pillow on the CPU: the reference decoder and the GPU path's fallback
+* :mod:`.nvimgcodec` - nvImageCodec on the GPU (imported only by the GPU executor)
 
 Every decoder returns upright (EXIF orientation applied) 8-bit RGB pixels and raises an
 :class:`~tritonprep.errors.ImageError` subclass for an image it cannot or must not decode.
@@ -7,71 +11,6 @@ Every decoder returns upright (EXIF orientation applied) 8-bit RGB pixels and ra
 
 from __future__ import annotations
 
-from ..errors import DecodeError, LimitExceeded, UnsupportedFormat
-from ..spec import Limits
-from .headers import header_size
-from .jpeg import parse_jpeg
+from .checks import ImageHeader, check_dimensions, check_encoded, sniff_format, validate
 
-_MAGIC: tuple[tuple[bytes, str], ...] = (
-    (b"\xff\xd8\xff", "JPEG"),
-    (b"\x89PNG\r\n\x1a\n", "PNG"),
-    (b"GIF87a", "GIF"),
-    (b"GIF89a", "GIF"),
-    (b"BM", "BMP"),
-    (b"II*\x00", "TIFF"),
-    (b"MM\x00*", "TIFF"),
-)
-
-
-def sniff_format(data: bytes) -> str | None:
-    """Return the container format named by the first bytes of ``data``, or None."""
-    for magic, name in _MAGIC:
-        if data.startswith(magic):
-            return name
-    if len(data) >= 12 and data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "WEBP"
-    return None
-
-
-def check_encoded(data: bytes, limits: Limits) -> str:
-    """Apply the checks that need no decoding; return the sniffed format name."""
-    if not data:
-        raise DecodeError("empty input: the image has 0 bytes")
-    if len(data) > limits.max_encoded_bytes:
-        raise LimitExceeded(
-            f"encoded image is {len(data)} bytes, over the limit max_encoded_bytes={limits.max_encoded_bytes}"
-        )
-    fmt = sniff_format(data)
-    if fmt is None:
-        head = data[:8].hex(" ")
-        raise DecodeError(f"not a supported image: unknown file signature ({head}); send JPEG, PNG, WebP, BMP, GIF or TIFF")
-    if fmt not in limits.allowed_formats:
-        raise UnsupportedFormat(f"image format {fmt} is not allowed here (allowed_formats: {','.join(limits.allowed_formats)})")
-    return fmt
-
-
-def validate(data: bytes, limits: Limits) -> str:
-    """Check everything that can be checked without decoding; return the format name.
-
-    Size, signature and allowed format; for JPEG the marker structure (end marker, scan
-    count); for every format the picture size announced by the header against
-    ``max_pixels``, and the end of the file where the format marks it. Both executors call
-    this before their decoder sees the bytes.
-    """
-    fmt = check_encoded(data, limits)
-    if fmt == "JPEG":
-        header = parse_jpeg(data, limits.max_progressive_scans)
-        check_dimensions(header.width, header.height, limits)
-    else:
-        check_dimensions(*header_size(data, fmt), limits)
-    return fmt
-
-
-def check_dimensions(width: int, height: int, limits: Limits) -> None:
-    """Reject images whose header announces an empty or oversized picture."""
-    if width < 1 or height < 1:
-        raise DecodeError(f"image header announces an empty picture ({width}x{height})")
-    if width * height > limits.max_pixels:
-        raise LimitExceeded(
-            f"image is {width}x{height} = {width * height} pixels, over the limit max_pixels={limits.max_pixels}"
-        )
+__all__ = ["ImageHeader", "check_dimensions", "check_encoded", "sniff_format", "validate"]

@@ -2,8 +2,9 @@
 
 It walks the header segments to the frame header (size, components, progressive or not)
 and the first scan, then counts the scans and insists on the end-of-image marker, so that
-both executors reject the same inputs before any decoder sees them: oversized frames, progressive files with too many scans (a known
-CPU-exhaustion vector), and truncated files that decoders would otherwise fill with gray.
+both executors reject the same inputs before any decoder sees them: oversized frames,
+progressive files with too many scans (a known CPU-exhaustion vector), and truncated files
+that decoders would otherwise fill with gray.
 """
 
 from __future__ import annotations
@@ -61,7 +62,9 @@ def parse_jpeg(data: bytes, max_scans: int) -> JpegHeader:
             raise DecodeError(f"truncated JPEG: segment 0xFF{marker:02X} at byte {pos - 2} is cut off")
         length = int.from_bytes(data[pos : pos + 2], "big")
         if length < 2 or pos + length > n:
-            raise DecodeError(f"truncated or corrupt JPEG: segment 0xFF{marker:02X} at byte {pos - 2} has length {length}")
+            raise DecodeError(
+                f"truncated or corrupt JPEG: segment 0xFF{marker:02X} at byte {pos - 2} has length {length}"
+            )
         if marker == _APP1 and not seen_exif and data.startswith(b"Exif\x00\x00", pos + 2):
             seen_exif = True  # decoders read the first Exif APP1 only
             orientation = exif_orientation(data[pos + 8 : pos + length])
@@ -86,7 +89,9 @@ def parse_jpeg(data: bytes, max_scans: int) -> JpegHeader:
             # could hold the byte pair 0xFFDA; that only over-counts, conservatively.)
             scans = 1 + data.count(b"\xff\xda", pos) if frame[3] else 1
             if scans > max_scans:
-                raise LimitExceeded(f"progressive JPEG has {scans} scans, over the limit max_progressive_scans={max_scans}")
+                raise LimitExceeded(
+                    f"progressive JPEG has {scans} scans, over the limit max_progressive_scans={max_scans}"
+                )
             if data.rfind(b"\xff\xd9", pos) < 0:
                 raise DecodeError("truncated JPEG: the data ends before the end-of-image marker")
             break

@@ -18,7 +18,8 @@
 // above reduces to the identity in that case, so no special case is needed.
 //
 // Compile-time options (-D): OUT_HALF (fp16 output, else fp32), OUT_NHWC (else NCHW),
-// OUT_BGR (else RGB), FILTER_BICUBIC (else bilinear).
+// OUT_BGR (else RGB), FILTER_BICUBIC (else bilinear); and from kernels/layout.py, which defines
+// the per-image metadata, the index of each field (META_SRC_W, ...) and the row length META_STRIDE.
 
 #ifdef OUT_HALF
 // IEEE fp16 bits, converted with round-to-nearest-even by the PTX instruction (no header needed under NVRTC)
@@ -84,8 +85,9 @@ __device__ __forceinline__ float round_u8(float v) {
     return fminf(fmaxf(floorf(v + 0.5f), 0.0f), 255.0f);
 }
 
-// meta, per image (8 ints): src_w, src_h, src_pitch (bytes), resized_w, resized_h, offset_x, offset_y,
-// output slot (the image's index in `out`, so that failed images of a batch can be skipped)
+// meta, per image: META_STRIDE ints laid out as kernels/layout.py's ImageMeta says (source size and
+// pitch, size after the resize, the output window's offset, and the output slot, so that failed
+// images of a batch can be skipped)
 extern "C" __global__ void tritonprep_resize_normalize(
     const unsigned long long* __restrict__ src_ptrs,
     const int* __restrict__ meta,
@@ -101,10 +103,10 @@ extern "C" __global__ void tritonprep_resize_normalize(
     const int oy = pix / out_w;
     const int ox = pix - oy * out_w;
 
-    const int* m = meta + 8 * img;
-    const int src_w = m[0], src_h = m[1], pitch = m[2];
-    const int rw = m[3], rh = m[4];
-    const int rx = ox + m[5], ry = oy + m[6];
+    const int* m = meta + META_STRIDE * img;
+    const int src_w = m[META_SRC_W], src_h = m[META_SRC_H], pitch = m[META_SRC_PITCH];
+    const int rw = m[META_RESIZED_W], rh = m[META_RESIZED_H];
+    const int rx = ox + m[META_OFFSET_X], ry = oy + m[META_OFFSET_Y];
 
     float r, g, b;
     if (rx < 0 || ry < 0 || rx >= rw || ry >= rh) {
@@ -143,7 +145,7 @@ extern "C" __global__ void tritonprep_resize_normalize(
     const float c0 = vr, c1 = vg, c2 = vb;
 #endif
     const size_t plane = (size_t)out_h * out_w;
-    const size_t slot = (size_t)m[7];
+    const size_t slot = (size_t)m[META_SLOT];
 #ifdef OUT_NHWC
     out_t* o = out + slot * plane * 3 + (size_t)pix * 3;
     o[0] = to_out(c0);

@@ -3,29 +3,31 @@
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from tritonprep import triton_glue as glue
-from tritonprep.postprocess import imagenet_labels, top_k
+from tritonprep.classifier.postprocess import imagenet_labels, top_k
+from tritonprep.triton.pb import model_config, output_dims
+from tritonprep.triton.responses import batched_responses
+from tritonprep.triton.tensors import bytes_tensor, concat, input_array, output_tensor, to_numpy
 
 
 class TritonPythonModel:
     def initialize(self, args):
-        config = glue.model_config(args)
-        dims = {o["name"]: o["dims"] for o in config["output"]}
-        self.k = int(dims["SCORES"][0])
-        if any(int(d[0]) != self.k for d in dims.values()):
+        dims = output_dims(model_config(args))
+        self.k = dims["SCORES"][0]
+        if any(d[0] != self.k for d in dims.values()):
             raise pb_utils.TritonModelException("postprocess: SCORES, CLASS_IDS and LABELS must have the same dims [k]")
         self.labels = imagenet_labels()
 
     def execute(self, requests):
-        inputs = [glue.to_numpy(glue.input_array(r, "LOGITS")) for r in requests]
-        scores, ids = top_k(glue.concat(inputs), self.k)
-        ids = ids.astype(np.int32)
-        responses, start = [], 0
-        for x in inputs:
-            s, i = scores[start : start + len(x)], ids[start : start + len(x)]
-            names = [[self.labels[c] for c in row] for row in i]
-            responses.append(
-                glue.response([glue.output_tensor("SCORES", s), glue.output_tensor("CLASS_IDS", i), glue.bytes_tensor("LABELS", names)])
-            )
-            start += len(x)
-        return responses
+        return batched_responses(requests, self.read, self.run, self.respond, what="postprocess")
+
+    def read(self, request):
+        return to_numpy(input_array(request, "LOGITS"))
+
+    def run(self, logits):
+        scores, ids = top_k(concat(logits), self.k)
+        return scores, ids.astype(np.int32)
+
+    def respond(self, outputs):
+        scores, ids = outputs
+        names = [[self.labels[c] for c in row] for row in ids]
+        return [output_tensor("SCORES", scores), output_tensor("CLASS_IDS", ids), bytes_tensor("LABELS", names)]

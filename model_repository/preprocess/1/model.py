@@ -1,13 +1,13 @@
 """Triton Python-backend model `preprocess`: encoded images in, network input tensor out.
 
 Thin by design: the spec, decoders, executors, metrics and the one-response-per-request
-rules live in the `tritonprep` library (tritonprep.triton_glue.PreprocessModel).
+rules live in the `tritonprep` library (tritonprep.triton.preprocess.PreprocessModel).
 """
 
 import triton_python_backend_utils as pb_utils
 
 from tritonprep.errors import PreprocessError
-from tritonprep.triton_glue import PreprocessModel
+from tritonprep.triton.preprocess import PreprocessModel
 
 
 class TritonPythonModel:

@@ -10,31 +10,36 @@ import time
 
 import numpy as np
 
-from tritonprep import triton_glue as glue
-from tritonprep.profiling import PhaseTimer
+from tritonprep.triton.pb import model_config, parameters
+from tritonprep.triton.profiling import PhaseTimer
+from tritonprep.triton.responses import batched_responses
+from tritonprep.triton.tensors import concat, input_array, output_tensor, placement, to_numpy
 
 
 class TritonPythonModel:
     def initialize(self, args):
-        config = glue.model_config(args)
-        self.checksum = glue.parameters(config).get("checksum", "false") == "true"
+        self.checksum = parameters(model_config(args)).get("checksum", "false") == "true"
         self.placement = None
-        self.timer = PhaseTimer(args["model_instance_name"])
+        self.timer = PhaseTimer(args["model_instance_name"])  # logs with TRITONPREP_PROFILE=1
 
     def execute(self, requests):
         t0 = time.perf_counter()
-        inputs = [glue.input_array(r, "PIXELS") for r in requests]
-        if self.placement is None:
-            self.placement = glue.placement(inputs[0])
-            logging.getLogger("tritonprep.sink").info("sink: first batch arrived on the %s", self.placement)
-        if self.checksum:
-            batch = glue.concat(inputs)
-            sums = glue.to_numpy(batch.reshape(len(batch), -1).sum(axis=1, keepdims=True).astype("float32"))
-        else:
-            sums = np.zeros((sum(len(x) for x in inputs), 1), np.float32)
-        responses, start = [], 0
-        for x in inputs:
-            responses.append(glue.response([glue.output_tensor("CHECKSUM", sums[start : start + len(x)])]))
-            start += len(x)
-        self.timer.record(len(requests), len(sums), total=time.perf_counter() - t0)
+        responses = batched_responses(requests, self.read, self.run, self.respond, what="sink")
+        self.timer.record(len(requests), 0, total=time.perf_counter() - t0)
         return responses
+
+    def read(self, request):
+        x = input_array(request, "PIXELS")
+        if self.placement is None:
+            self.placement = placement(x)
+            logging.getLogger("tritonprep.sink").info("sink: first batch arrived on the %s", self.placement)
+        return x
+
+    def run(self, inputs):
+        if not self.checksum:
+            return (np.zeros((sum(len(x) for x in inputs), 1), np.float32),)
+        batch = concat(inputs)
+        return (to_numpy(batch.reshape(len(batch), -1).sum(axis=1, keepdims=True).astype("float32")),)
+
+    def respond(self, outputs):
+        return [output_tensor("CHECKSUM", outputs[0])]

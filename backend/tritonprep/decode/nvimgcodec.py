@@ -72,8 +72,9 @@ _POOL_MAX_BYTES = 16 << 20
 
 
 def _make_decoder(nv: Any, device_id: int, kinds: tuple[Any, ...], options: str, cpu_threads: int) -> Any:
-    dec = nv.Decoder(device_id=device_id, max_num_cpu_threads=cpu_threads, backends=[nv.Backend(k) for k in kinds],
-                     options=options)
+    dec = nv.Decoder(
+        device_id=device_id, max_num_cpu_threads=cpu_threads, backends=[nv.Backend(k) for k in kinds], options=options
+    )
     with _KEEP_LOCK:
         _KEEP_ALIVE.append(dec)
     return dec
@@ -82,8 +83,16 @@ def _make_decoder(nv: Any, device_id: int, kinds: tuple[Any, ...], options: str,
 class GpuDecoder:
     """Staged batched nvImageCodec decoding (hardware, then CUDA/hybrid) on one GPU."""
 
-    def __init__(self, device_id: int, stream: Any, *, hw_decoder: bool = True, fancy_upsampling: bool = True,
-                 cpu_threads: int = 0, hw_share: float = 1.0) -> None:
+    def __init__(
+        self,
+        device_id: int,
+        stream: Any,
+        *,
+        hw_decoder: bool = True,
+        fancy_upsampling: bool = True,
+        cpu_threads: int = 0,
+        hw_share: float = 1.0,
+    ) -> None:
         nv = import_nvimgcodec()
         self.nv = nv
         self.stream = stream
@@ -93,7 +102,8 @@ class GpuDecoder:
         options = ":fancy_upsampling=1" if fancy_upsampling else ""
         self.stages: list[tuple[str, Any]] = []
         wanted = ([("gpu_hw", [nv.BackendKind.HW_GPU_ONLY])] if hw_decoder else []) + [
-            ("gpu_cuda", [nv.BackendKind.GPU_ONLY, nv.BackendKind.HYBRID_CPU_GPU])]
+            ("gpu_cuda", [nv.BackendKind.GPU_ONLY, nv.BackendKind.HYBRID_CPU_GPU])
+        ]
         for path, kinds in wanted:
             try:
                 dec = _make_decoder(nv, device_id, tuple(kinds), options, cpu_threads)
@@ -130,7 +140,9 @@ class GpuDecoder:
         pitch = strides[0] if strides else shape[1] * 3
         return DecodedImage(int(cai["data"][0]), int(shape[1]), int(shape[0]), int(pitch), img, path)
 
-    def _run_stage(self, stage: int, data: Sequence[bytes], todo: list[int], results: list[DecodedImage | None]) -> list[int]:
+    def _run_stage(
+        self, stage: int, data: Sequence[bytes], todo: list[int], results: list[DecodedImage | None]
+    ) -> list[int]:
         """Decode ``todo`` with one stage; fill ``results``; return what it could not decode.
 
         The output images of earlier calls are handed back to nvImageCodec for reuse (their

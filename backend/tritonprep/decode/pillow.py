@@ -17,9 +17,9 @@ from PIL import Image, ImageFile, ImageOps, UnidentifiedImageError
 
 from ..errors import DecodeError, ImageError, LimitExceeded
 from ..spec import Limits
-from . import check_dimensions, validate
+from .checks import ImageHeader, check_dimensions, validate
 
-__all__ = ["decode_pil", "decode_rgb", "validate"]
+__all__ = ["decode_pil", "decode_rgb"]
 
 # Pillow's own bomb check (89 MP) is looser than ours and only warns; our limit applies first.
 warnings.simplefilter("ignore", Image.DecompressionBombWarning)
@@ -61,9 +61,13 @@ def _upright(im: Image.Image) -> Image.Image:
     return upright if upright is not None else im
 
 
-def decode_pil(data: bytes, limits: Limits) -> Image.Image:
-    """Decode ``data`` into an upright 8-bit RGB Pillow image, enforcing ``limits``."""
-    fmt = validate(data, limits)
+def decode_pil(data: bytes, limits: Limits, header: ImageHeader | None = None) -> Image.Image:
+    """Decode ``data`` into an upright 8-bit RGB Pillow image, enforcing ``limits``.
+
+    ``header`` is what :func:`~tritonprep.decode.checks.validate` returned for ``data``, where the
+    caller has already validated it; otherwise it is validated here.
+    """
+    fmt = (header or validate(data, limits)).format
     try:
         with Image.open(io.BytesIO(data), formats=[fmt]) as im:
             check_dimensions(im.width, im.height, limits)  # a GIF frame may be larger than its screen
@@ -79,6 +83,6 @@ def decode_pil(data: bytes, limits: Limits) -> Image.Image:
         raise DecodeError(f"cannot decode {fmt} image: {e}") from None
 
 
-def decode_rgb(data: bytes, limits: Limits) -> np.ndarray:
-    """Decode ``data`` into a ``(H, W, 3)`` uint8 array (upright RGB)."""
-    return np.asarray(decode_pil(data, limits))
+def decode_rgb(data: bytes, limits: Limits, header: ImageHeader | None = None) -> np.ndarray:
+    """Decode ``data`` into a C-contiguous ``(H, W, 3)`` uint8 array (upright RGB)."""
+    return np.ascontiguousarray(np.asarray(decode_pil(data, limits, header)))

@@ -75,19 +75,26 @@ class PreprocessMetrics:
             log.info("custom metrics disabled: %s", e)
             return
         labels = {"model": model}
-        images = family(name="tritonprep_images_total", description="Images decoded, by decoder path",
-                        kind=family.COUNTER)
-        rejected = family(name="tritonprep_rejected_total", description="Images and requests refused, by reason",
-                          kind=family.COUNTER)
-        decode = family(name="tritonprep_decode_seconds_total", description="Seconds spent decoding images",
-                        kind=family.COUNTER)
-        batch = family(name="tritonprep_preprocess_seconds",
-                       description="Wall time of each preprocessed batch (decode, resize, normalize)",
-                       kind=family.HISTOGRAM)
-        executing = family(name="tritonprep_executing_requests", description="Requests inside execute() now",
-                           kind=family.GAUGE)
-        pools = family(name="tritonprep_cupy_pool_bytes", description="CuPy memory pools of this instance",
-                       kind=family.GAUGE)
+        images = family(
+            name="tritonprep_images_total", description="Images decoded, by decoder path", kind=family.COUNTER
+        )
+        rejected = family(
+            name="tritonprep_rejected_total", description="Images and requests refused, by reason", kind=family.COUNTER
+        )
+        decode = family(
+            name="tritonprep_decode_seconds_total", description="Seconds spent decoding images", kind=family.COUNTER
+        )
+        batch = family(
+            name="tritonprep_preprocess_seconds",
+            description="Wall time of each preprocessed batch (decode, resize, normalize)",
+            kind=family.HISTOGRAM,
+        )
+        executing = family(
+            name="tritonprep_executing_requests", description="Requests inside execute() now", kind=family.GAUGE
+        )
+        pools = family(
+            name="tritonprep_cupy_pool_bytes", description="CuPy memory pools of this instance", kind=family.GAUGE
+        )
         self._families = {"images": (images, "path"), "rejected": (rejected, "reason")}
         self._all_families = (images, rejected, decode, batch, executing, pools)  # metrics live as long as these
         self._counters: dict[tuple[str, str], Any] = {
@@ -98,8 +105,10 @@ class PreprocessMetrics:
         self._batch = batch.Metric(labels=labels, buckets=BATCH_BUCKETS)
         self._gauge_metrics = {
             "executing": executing.Metric(labels={**labels, "instance": instance}),
-            **{f"pool_{kind}": pools.Metric(labels={**labels, "instance": instance, "kind": kind})
-               for kind in ("used", "total")},
+            **{
+                f"pool_{kind}": pools.Metric(labels={**labels, "instance": instance, "kind": kind})
+                for kind in ("used", "total")
+            },
         }
         self.enabled = True
         self._sender = threading.Thread(target=self._send_loop, name=f"metrics-{instance or model}", daemon=True)
@@ -178,8 +187,11 @@ class PreprocessMetrics:
         except Exception as e:  # noqa: BLE001 - metrics never take the instance down; say so once
             self._send_failures += 1
             if self._send_failures == 1:
-                log.warning("sending custom metrics to Triton failed (%s: %s); later failures are not logged",
-                            type(e).__name__, e)
+                log.warning(
+                    "sending custom metrics to Triton failed (%s: %s); later failures are not logged",
+                    type(e).__name__,
+                    e,
+                )
 
     def _counter(self, key: tuple[str, str]) -> Any:
         if key not in self._counters:  # a path or reason this version does not know yet

@@ -43,6 +43,13 @@ class PhaseTimer:
         if now - self._start >= self.interval_s:
             dt, n = now - self._start, self._executes
             parts = " ".join(f"{k}={v / n * 1e3:.2f}ms" for k, v in sorted(self._phases.items()))
-            log.info("profile %s: %.0f exec/s %.0f req/s %.0f img/s, batch %.1f img, per execute: %s",
-                     self.name, n / dt, self._requests / dt, self._images / dt, self._images / n, parts)
+            log.info(
+                "profile %s: %.0f exec/s %.0f req/s %.0f img/s, batch %.1f img, per execute: %s",
+                self.name,
+                n / dt,
+                self._requests / dt,
+                self._images / dt,
+                self._images / n,
+                parts,
+            )
             self._reset(now)

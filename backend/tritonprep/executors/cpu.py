@@ -1,13 +1,7 @@
-"""Executors turn a batch of encoded images into the network's input tensor.
+"""The CPU executor: Pillow decode, Pillow's antialiased resize and NumPy normalize, on a thread pool.
 
-Both executors take the images of a whole ``execute()`` call (all requests together) and
-fill one output batch with a slot per image, in input order. An image that fails leaves
-its slot unspecified and is reported in :attr:`BatchResult.errors`; the Triton glue then
-fails the request that carried it and slices the others out of the batch.
-
-:class:`CpuExecutor` (here) decodes with Pillow and resizes with Pillow's antialiased
-filters in a thread pool; :class:`tritonprep.gpu.GpuExecutor` does the same on the GPU and
-must agree with it (see tests/gpu).
+This is also the definition of the output that the GPU executor must reproduce
+(:func:`normalize_window` and :func:`resize_pil`).
 """
 
 from __future__ import annotations
@@ -16,47 +10,19 @@ import logging
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any, Protocol
 
 import numpy as np
 from PIL import Image
 
-from .decode.cpu import decode_pil
-from .errors import ImageError
-from .geometry import plan_resize
-from .spec import PreprocessSpec
+from ..decode.pillow import decode_pil
+from ..errors import ImageError
+from ..geometry import plan_resize
+from ..spec import PreprocessSpec
+from .base import BatchResult
 
 log = logging.getLogger(__name__)
 
 PIL_FILTERS = {"bilinear": Image.Resampling.BILINEAR, "bicubic": Image.Resampling.BICUBIC}
-NP_DTYPES = {"FP32": np.float32, "FP16": np.float16}
-
-
-@dataclass
-class BatchResult:
-    """One slot per input image; ``errors`` maps the index of each failed image to its error."""
-
-    output: Any  # numpy.ndarray or cupy.ndarray of shape (n,) + spec.output_shape
-    errors: dict[int, ImageError] = field(default_factory=dict)
-    #: how each image was decoded, for metrics: {"cpu": n, "gpu_hw": n, "gpu_cuda": n, "cpu_fallback": n}
-    decoded_by: dict[str, int] = field(default_factory=dict)
-    #: wall-clock seconds of the phases of this call: "decode_s" (all decoding), "total_s"
-    timings: dict[str, float] = field(default_factory=dict)
-
-
-class Executor(Protocol):
-    """What the preprocess model needs from an executor."""
-
-    name: str
-
-    def run(self, images: Sequence[bytes]) -> BatchResult:
-        """Preprocess ``images`` into one batch."""
-        ...
-
-    def close(self) -> None:
-        """Release threads and device memory."""
-        ...
 
 
 def normalize_window(spec: PreprocessSpec, resized: np.ndarray, offset_x: int, offset_y: int) -> np.ndarray:
@@ -76,7 +42,7 @@ def normalize_window(spec: PreprocessSpec, resized: np.ndarray, offset_x: int, o
         scaled = scaled[..., ::-1]
     if spec.layout == "NCHW":
         scaled = scaled.transpose(2, 0, 1)
-    return scaled.astype(NP_DTYPES[spec.dtype], copy=False)
+    return scaled.astype(spec.numpy_dtype, copy=False)
 
 
 def resize_pil(spec: PreprocessSpec, im: Image.Image) -> tuple[np.ndarray, int, int]:
@@ -86,8 +52,10 @@ def resize_pil(spec: PreprocessSpec, im: Image.Image) -> tuple[np.ndarray, int, 
     if (plan.resized_w, plan.resized_h) == (im.width, im.height):
         return np.asarray(im), plan.offset_x, plan.offset_y
     inside = (
-        plan.offset_x >= 0 and plan.offset_y >= 0
-        and plan.offset_x + out_w <= plan.resized_w and plan.offset_y + out_h <= plan.resized_h
+        plan.offset_x >= 0
+        and plan.offset_y >= 0
+        and plan.offset_x + out_w <= plan.resized_w
+        and plan.offset_y + out_h <= plan.resized_h
     )
     if inside and plan.resized_w * plan.resized_h > spec.limits.max_pixels:
         # A pathological aspect ratio (say 1x20000) would make the full resize gigapixels.
@@ -109,7 +77,11 @@ class CpuExecutor:
     def __init__(self, spec: PreprocessSpec) -> None:
         self.spec = spec
         self._pool = ThreadPoolExecutor(max_workers=spec.resolved_cpu_threads, thread_name_prefix="tritonprep-cpu")
-        log.info("CPU executor: Pillow decode and resize, %d threads", spec.resolved_cpu_threads)
+
+    def describe(self) -> str:
+        """One line for the log."""
+        spec = self.spec
+        return f"CPU executor: Pillow decode and {spec.interpolation} resize, {spec.resolved_cpu_threads} threads"
 
     def _one(self, data: bytes, slot: np.ndarray) -> tuple[ImageError | None, float]:
         t0 = time.perf_counter()
@@ -125,7 +97,7 @@ class CpuExecutor:
     def run(self, images: Sequence[bytes]) -> BatchResult:
         """Preprocess ``images``; never raises for a bad image (see :attr:`BatchResult.errors`)."""
         t0 = time.perf_counter()
-        out = np.empty((len(images),) + self.spec.output_shape, NP_DTYPES[self.spec.dtype])
+        out = np.empty((len(images),) + self.spec.output_shape, self.spec.numpy_dtype)
         results = list(self._pool.map(self._one, images, out))
         errors = {i: e for i, (e, _) in enumerate(results) if e is not None}
         # decode time summed over worker threads (CPU seconds spent decoding)
@@ -135,25 +107,3 @@ class CpuExecutor:
     def close(self) -> None:
         """Stop the worker threads."""
         self._pool.shutdown(wait=True)
-
-
-def create_executor(spec: PreprocessSpec, instance_kind: str = "CPU", device_id: int = 0) -> Executor:
-    """Pick the executor for a model instance.
-
-    ``executor=auto`` uses the GPU executor on a GPU instance (Triton's ``KIND_GPU``, or
-    ``KIND_AUTO`` on a machine with a GPU) and the CPU executor otherwise; ``gpu`` insists
-    on the GPU (loading fails with the reason if it is unusable); ``cpu`` forces the CPU.
-    """
-    if spec.executor == "cpu" or (spec.executor == "auto" and instance_kind.upper() != "GPU"):
-        return CpuExecutor(spec)
-    from .errors import RuntimeUnavailable
-
-    try:
-        from .gpu import GpuExecutor
-
-        return GpuExecutor(spec, device_id)
-    except RuntimeUnavailable as e:
-        if spec.executor == "gpu":
-            raise
-        log.warning("GPU executor unavailable on device %d (%s); using the CPU executor", device_id, e)
-        return CpuExecutor(spec)

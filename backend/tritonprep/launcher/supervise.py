@@ -28,8 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ServerError
-from .server import EmbeddedServer
+from ..errors import ServerError
+from .process import EmbeddedServer
 
 log = logging.getLogger(__name__)
 
@@ -98,9 +98,18 @@ def rss_bytes(pid: int) -> int | None:
 class Supervisor:
     """Watches an :class:`EmbeddedServer` from a background thread and restarts it on failure."""
 
-    def __init__(self, server: EmbeddedServer, *, poll_s: float = 0.5, ready_failures: int = 3, grace_s: float = 2.0,
-                 max_restarts: int = 5, window_s: float = 600.0, ready_timeout_s: float = 300.0,
-                 on_event: Callable[[Event], None] | None = None) -> None:
+    def __init__(
+        self,
+        server: EmbeddedServer,
+        *,
+        poll_s: float = 0.5,
+        ready_failures: int = 3,
+        grace_s: float = 2.0,
+        max_restarts: int = 5,
+        window_s: float = 600.0,
+        ready_timeout_s: float = 300.0,
+        on_event: Callable[[Event], None] | None = None,
+    ) -> None:
         self.server = server
         self.poll_s, self.ready_failures, self.grace_s = poll_s, ready_failures, grace_s
         self.max_restarts, self.window_s, self.ready_timeout_s = max_restarts, window_s, ready_timeout_s
@@ -141,8 +150,12 @@ class Supervisor:
     def _record_stubs(self) -> None:
         proc = self.server.process
         self.stubs = stub_processes(proc.pid) if proc is not None else []
-        log.info("supervisor: watching tritonserver pid %s and %d stubs (%s)", proc.pid if proc else None,
-                 len(self.stubs), ", ".join(f"{s.model}:{s.pid}" for s in self.stubs))
+        log.info(
+            "supervisor: watching tritonserver pid %s and %d stubs (%s)",
+            proc.pid if proc else None,
+            len(self.stubs),
+            ", ".join(f"{s.model}:{s.pid}" for s in self.stubs),
+        )
 
     # ------------------------------------------------------------------ checks
     def check(self) -> str | None:
@@ -177,8 +190,9 @@ class Supervisor:
         now = time.monotonic()
         self._restart_times = [t for t in self._restart_times if now - t < self.window_s] + [now]
         if len(self._restart_times) > self.max_restarts:
-            self._event("gave-up",
-                        f"{len(self._restart_times) - 1} restarts within {self.window_s:.0f} s; last: {reason}")
+            self._event(
+                "gave-up", f"{len(self._restart_times) - 1} restarts within {self.window_s:.0f} s; last: {reason}"
+            )
             self.gave_up.set()
             return False
         self._event("restarting", reason)

@@ -15,8 +15,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .errors import ConfigError, RuntimeUnavailable
-from .trt_engine import BuildOptions, PythonBuilder, build_or_reuse, import_tensorrt
+from ..errors import ConfigError, RuntimeUnavailable
+from .engines import BuildOptions, PythonBuilder, build_or_reuse, import_tensorrt
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +53,12 @@ class OnnxRuntime:
             wanted.append(
                 (
                     "TensorrtExecutionProvider",
-                    {"device_id": device_id, "trt_fp16_enable": True, "trt_engine_cache_enable": True,
-                     "trt_engine_cache_path": cache},
+                    {
+                        "device_id": device_id,
+                        "trt_fp16_enable": True,
+                        "trt_engine_cache_enable": True,
+                        "trt_engine_cache_path": cache,
+                    },
                 )
             )
         if use_gpu and "CUDAExecutionProvider" in available:
@@ -66,9 +70,10 @@ class OnnxRuntime:
         self.session = ort.InferenceSession(str(onnx_path), options, providers=wanted)
         used = self.session.get_providers()[0]
         self.on_gpu = used != "CPUExecutionProvider"
-        self.name = {"TensorrtExecutionProvider": "onnxruntime-tensorrt", "CUDAExecutionProvider": "onnxruntime-cuda"}.get(
-            used, "onnxruntime-cpu"
-        )
+        self.name = {
+            "TensorrtExecutionProvider": "onnxruntime-tensorrt",
+            "CUDAExecutionProvider": "onnxruntime-cuda",
+        }.get(used, "onnxruntime-cpu")
         self.input_name = self.session.get_inputs()[0].name
         self.output_name = self.session.get_outputs()[0].name
 
@@ -86,7 +91,9 @@ class TensorRTRuntime:
     name = "tensorrt"
     on_gpu = True
 
-    def __init__(self, onnx_path: Path, device_id: int = 0, max_batch: int = 256, fp16: bool = True) -> None:
+    def __init__(
+        self, onnx_path: Path, input_dims: tuple[int, ...], device_id: int = 0, max_batch: int = 256, fp16: bool = True
+    ) -> None:
         trt = import_tensorrt()
         try:
             import cupy
@@ -96,9 +103,15 @@ class TensorRTRuntime:
         self._device = cupy.cuda.Device(device_id)
         self._device.use()
         plan = onnx_path.with_name(f"{onnx_path.stem}.gpu{device_id}.plan")
-        options = BuildOptions(fp16=fp16, max_batch=max_batch, opt_batch=min(64, max_batch))
-        build_or_reuse(onnx_path, plan, options, builder=PythonBuilder(), device_id=device_id,
-                       timing_cache=onnx_path.with_name("timing.cache"))
+        options = BuildOptions(input_dims, fp16=fp16, max_batch=max_batch, opt_batch=min(64, max_batch))
+        build_or_reuse(
+            onnx_path,
+            plan,
+            options,
+            builder=PythonBuilder(),
+            device_id=device_id,
+            timing_cache=onnx_path.with_name("timing.cache"),
+        )
         self._engine = trt.Runtime(trt.Logger(trt.Logger.WARNING)).deserialize_cuda_engine(plan.read_bytes())
         if self._engine is None:
             raise RuntimeUnavailable(f"TensorRT could not load {plan}; delete it to rebuild")
@@ -124,16 +137,26 @@ class TensorRTRuntime:
         return out
 
 
-def load_runtime(onnx_path: Path, *, prefer: str = "auto", device_id: int = 0, use_gpu: bool = True,
-                 max_batch: int = 256) -> Runtime:
-    """Load the classifier on the best runtime available (``prefer`` narrows the choice)."""
+def load_runtime(
+    onnx_path: Path,
+    input_dims: tuple[int, ...],
+    *,
+    prefer: str = "auto",
+    device_id: int = 0,
+    use_gpu: bool = True,
+    max_batch: int = 256,
+) -> Runtime:
+    """Load the classifier on the best runtime available (``prefer`` narrows the choice).
+
+    ``input_dims`` is the network input without the batch axis, as the model config declares it.
+    """
     if prefer not in RUNTIME_CHOICES:
         raise ConfigError(f"runtime must be one of {RUNTIME_CHOICES}, got {prefer!r}")
     if not onnx_path.is_file():
         raise ConfigError(f"{onnx_path} does not exist; run `make model` (scripts/export_classifier.py) to export it")
     if prefer in ("auto", "tensorrt") and use_gpu:
         try:
-            return TensorRTRuntime(onnx_path, device_id, max_batch)
+            return TensorRTRuntime(onnx_path, input_dims, device_id, max_batch)
         except RuntimeUnavailable as e:
             if prefer == "tensorrt":
                 raise

@@ -9,10 +9,10 @@ Owns an engine's identity and the cache logic around it, and the two ways to bui
   platform only, so a cache from another GPU or TensorRT version is discarded, not fed to
   the builder.
 - :class:`PythonBuilder`, TensorRT's Python API (the ``tensorrt`` package: the embedded
-  mode's :class:`tritonprep.runtimes.TensorRTRuntime`, or NVIDIA's TensorRT container), and
+  mode's :class:`tritonprep.classifier.runtimes.TensorRTRuntime`, or NVIDIA's TensorRT container), and
   :class:`TrtexecBuilder`, NVIDIA's ``trtexec`` command-line builder, which the tritonserver
   images ship at ``/usr/src/tensorrt/bin/trtexec`` beside the very ``libnvinfer`` that Triton's
-  TensorRT backend loads (the container's engine-build step, ``scripts/build_engine``).
+  TensorRT backend loads (the container's engine-build step, ``scripts/build_engine.py``).
 
 Both build the same engine: explicit batch, one optimization profile over the batch
 dimension (min/opt/max), FP16 allowed when asked, FP32 inputs and outputs as in the ONNX.
@@ -27,6 +27,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -35,7 +36,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from .errors import ConfigError, RuntimeUnavailable
+from ..errors import ConfigError, RuntimeUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -58,21 +59,43 @@ class EngineBuildError(RuntimeUnavailable):
     """TensorRT is present but did not produce an engine (parse error, build failure, trtexec error)."""
 
 
+_CONFIG_INPUT = re.compile(r"\binput\s*\[\s*\{(?P<body>[^}]*)\}", re.S)
+
+
+def network_input(config: Path) -> tuple[str, tuple[int, ...]]:
+    """Name and dims (without the batch axis) of the first input of a classifier ``config.pbtxt``.
+
+    The config Triton serves the network with is the one definition of its input; this reads it
+    without protobuf (the engine-build step runs where only the serving image's Python is).
+    """
+    try:
+        text = config.read_text()
+    except OSError as e:
+        raise ConfigError(f"cannot read the classifier config {config}: {e.strerror}") from None
+    match = _CONFIG_INPUT.search(re.sub(r"#[^\n]*", "", text))
+    name = re.search(r'\bname:\s*"([^"]+)"', match.group("body")) if match else None
+    dims = re.search(r"\bdims:\s*\[([^\]]*)\]", match.group("body")) if match else None
+    if not (name and dims):
+        raise ConfigError(f"{config} declares no input with a name and dims")
+    return name.group(1), tuple(int(d) for d in dims.group(1).replace(",", " ").split())
+
+
 @dataclass(frozen=True)
 class BuildOptions:
     """Everything besides the ONNX bytes and the platform that shapes an engine.
 
-    ``input_name`` and ``input_dims`` describe the network input without its batch axis; the
-    Python builder checks them against the ONNX graph, ``trtexec`` needs them for its shapes.
+    ``input_name`` and ``input_dims`` describe the network input without its batch axis, as the
+    classifier's model config declares it (:func:`network_input`); the Python builder checks them
+    against the ONNX graph, ``trtexec`` needs them for its shapes.
     """
 
+    input_dims: tuple[int, ...]
+    input_name: str = "input"
     fp16: bool = True
     min_batch: int = 1
     opt_batch: int = 64
     max_batch: int = 256
     workspace_mib: int = 4096
-    input_name: str = "input"
-    input_dims: tuple[int, ...] = (3, 224, 224)
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_batch <= self.opt_batch <= self.max_batch:
@@ -249,8 +272,15 @@ class Builder(Protocol):
         """Version of the TensorRT this builder uses."""
         ...
 
-    def build(self, onnx_path: Path, plan_path: Path, options: BuildOptions, *,
-              timing_cache: Path | None = None, device_id: int = 0) -> None:
+    def build(
+        self,
+        onnx_path: Path,
+        plan_path: Path,
+        options: BuildOptions,
+        *,
+        timing_cache: Path | None = None,
+        device_id: int = 0,
+    ) -> None:
         """Build the engine and write it atomically to ``plan_path``."""
         ...
 
@@ -267,8 +297,15 @@ class PythonBuilder:
         """``tensorrt.__version__``."""
         return str(self.trt.__version__)
 
-    def build(self, onnx_path: Path, plan_path: Path, options: BuildOptions, *,
-              timing_cache: Path | None = None, device_id: int = 0) -> None:
+    def build(
+        self,
+        onnx_path: Path,
+        plan_path: Path,
+        options: BuildOptions,
+        *,
+        timing_cache: Path | None = None,
+        device_id: int = 0,
+    ) -> None:
         """Parse the ONNX, check its input against ``options``, build with one batch profile."""
         trt = self.trt
         logger = trt.Logger(trt.Logger.WARNING)
@@ -289,8 +326,12 @@ class PythonBuilder:
                 )
             config.set_flag(trt.BuilderFlag.FP16)
         profile = builder.create_optimization_profile()
-        profile.set_shape(options.input_name, options.shape(options.min_batch), options.shape(options.opt_batch),
-                          options.shape(options.max_batch))
+        profile.set_shape(
+            options.input_name,
+            options.shape(options.min_batch),
+            options.shape(options.opt_batch),
+            options.shape(options.max_batch),
+        )
         config.add_optimization_profile(profile)
         if timing_cache is not None:
             blob = timing_cache.read_bytes() if timing_cache.is_file() else b""
@@ -332,8 +373,15 @@ class TrtexecBuilder:
         """Version of the ``libnvinfer`` the loader resolves."""
         return libnvinfer_version()
 
-    def command(self, onnx_path: Path, plan_path: Path, options: BuildOptions, *,
-                timing_cache: Path | None = None, device_id: int = 0) -> list[str]:
+    def command(
+        self,
+        onnx_path: Path,
+        plan_path: Path,
+        options: BuildOptions,
+        *,
+        timing_cache: Path | None = None,
+        device_id: int = 0,
+    ) -> list[str]:
         """The trtexec command line that builds the engine into ``plan_path`` (no inference run)."""
 
         def shapes(batch: int) -> str:
@@ -356,8 +404,15 @@ class TrtexecBuilder:
             cmd.append(f"--timingCacheFile={timing_cache}")
         return cmd
 
-    def build(self, onnx_path: Path, plan_path: Path, options: BuildOptions, *,
-              timing_cache: Path | None = None, device_id: int = 0) -> None:
+    def build(
+        self,
+        onnx_path: Path,
+        plan_path: Path,
+        options: BuildOptions,
+        *,
+        timing_cache: Path | None = None,
+        device_id: int = 0,
+    ) -> None:
         """Run trtexec into a temporary file beside ``plan_path``, then rename it into place."""
         plan_path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(dir=plan_path.parent, prefix=f".{plan_path.name}.", suffix=".tmp")
@@ -368,8 +423,9 @@ class TrtexecBuilder:
         log.debug("running %s", " ".join(cmd))
         try:
             try:
-                proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", check=False,
-                                      timeout=self.timeout_s)
+                proc = subprocess.run(
+                    cmd, capture_output=True, text=True, errors="replace", check=False, timeout=self.timeout_s
+                )
             except (OSError, subprocess.SubprocessError) as e:
                 raise EngineBuildError(f"could not run {self.executable}: {e}") from e
             if proc.returncode != 0 or tmp.stat().st_size == 0:

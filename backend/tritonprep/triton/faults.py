@@ -24,7 +24,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .errors import InstanceFailed
+from ..errors import InstanceFailed
 
 log = logging.getLogger(__name__)
 

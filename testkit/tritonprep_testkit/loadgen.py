@@ -1,9 +1,9 @@
-"""Shared pieces of the fault, overload and soak scripts (run them as ``python -m scripts.<name>``).
+"""The load generator of the fault, overload and soak scenarios.
 
-A server on free localhost ports (optionally supervised), images from the hostile-input
-corpus, a gRPC request that returns a classified outcome instead of raising, and the
-resident memory of the server and each of its stubs from /proc. Traffic goes to 127.0.0.1
-only, and every loop is bounded in count and time.
+Images from the hostile-input corpus, a gRPC request that returns a classified outcome
+instead of raising, client threads, the resident memory of the server and each of its stubs
+from /proc, and the figures' report. Traffic goes to 127.0.0.1 only, and every loop is
+bounded in count and time.
 """
 
 from __future__ import annotations
@@ -13,50 +13,29 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from tritonprep.server import EmbeddedServer, ServerOptions, free_ports
-from tritonprep.supervise import Supervisor, rss_bytes, stub_processes
+from tritonprep.launcher.process import EmbeddedServer
+from tritonprep.launcher.supervise import rss_bytes, stub_processes
+from tritonprep_client import image_input
 
-REPO = Path(__file__).resolve().parent.parent
-MODEL_REPOSITORY = REPO / "model_repository"
 log = logging.getLogger("loadgen")
-
-
-@contextmanager
-def running_server(log_path: Path, *, supervise: bool = False, env: dict[str, str] | None = None,
-                   repository: Path = MODEL_REPOSITORY, exit_timeout_s: int = 30,
-                   **supervisor_kw: object) -> Iterator[tuple[EmbeddedServer, Supervisor | None]]:
-    """A ready embedded server on free ports (and its supervisor), stopped on exit."""
-    http, grpc, metrics = free_ports(3)
-    options = ServerOptions(repository, http_port=http, grpc_port=grpc, metrics_port=metrics,
-                            env=tuple((env or {}).items()), exit_timeout_s=exit_timeout_s)
-    server = EmbeddedServer(options, log_path)
-    supervisor = None
-    with server:
-        if supervise:
-            supervisor = Supervisor(server, **supervisor_kw)  # type: ignore[arg-type]
-            supervisor.start()
-        try:
-            yield server, supervisor
-        finally:
-            if supervisor is not None:
-                supervisor.stop()
 
 
 def images() -> dict[str, list[bytes]]:
     """Good images (real photos in every format) and bad ones (each rejected by a limit or the decoder)."""
-    from tests.corpus import build
+    from .corpus import build
 
     items = build()
-    good = [it.data for it in items if it.expect == "ok" and len(it.data) < 2_000_000
-            and it.group in ("valid", "orientation", "exif-broken")]
+    good = [
+        it.data
+        for it in items
+        if it.expect == "ok" and len(it.data) < 2_000_000 and it.group in ("valid", "orientation", "exif-broken")
+    ]
     bad = [it.data for it in items if it.expect == "error" and len(it.data) < 2_000_000]
     return {"good": good, "bad": bad}
 
@@ -91,9 +70,20 @@ def categorize(status: str, message: str) -> str:
         return "stub-dead"
     if "out of service" in m:
         return "instance-failed"
-    if "INVALID_ARG" in status or "image" in m and ("cannot" in m or "limit" in m or "corrupt" in m
-                                                    or "truncated" in m or "signature" in m or "not allowed" in m
-                                                    or "empty" in m or "header" in m):
+    if (
+        "INVALID_ARG" in status
+        or "image" in m
+        and (
+            "cannot" in m
+            or "limit" in m
+            or "corrupt" in m
+            or "truncated" in m
+            or "signature" in m
+            or "not allowed" in m
+            or "empty" in m
+            or "header" in m
+        )
+    ):
         return "rejected-input"
     if "UNAVAILABLE" in status or "connect" in m or "socket closed" in m or "not ready" in m or "unknown model" in m:
         return "server-unavailable"
@@ -109,20 +99,20 @@ class GrpcSender:
         self.m = grpcclient
         # reconnect quickly after a server restart (gRPC's default backoff grows to 2 minutes),
         # and keep tritonclient's unlimited message sizes, which passing channel_args replaces
-        args = [("grpc.max_send_message_length", 2**31 - 1), ("grpc.max_receive_message_length", 2**31 - 1),
-                ("grpc.initial_reconnect_backoff_ms", 200), ("grpc.min_reconnect_backoff_ms", 200),
-                ("grpc.max_reconnect_backoff_ms", 500)]
+        args = [
+            ("grpc.max_send_message_length", 2**31 - 1),
+            ("grpc.max_receive_message_length", 2**31 - 1),
+            ("grpc.initial_reconnect_backoff_ms", 200),
+            ("grpc.min_reconnect_backoff_ms", 200),
+            ("grpc.max_reconnect_backoff_ms", 500),
+        ]
         self.client = grpcclient.InferenceServerClient(url, channel_args=args)
 
     def send(self, model: str, batch: list[bytes], kind: str, timeout_s: float) -> Outcome:
         """Send ``batch`` as one request to ``model``; never raises for a server-side failure."""
         from tritonclient.utils import InferenceServerException
 
-        arr = np.empty((len(batch), 1), dtype=np.object_)
-        for i, data in enumerate(batch):
-            arr[i, 0] = data
-        inp = self.m.InferInput("IMAGE", list(arr.shape), "BYTES")
-        inp.set_data_from_numpy(arr)
+        inp = image_input(batch, self.m)
         start = time.monotonic()
         try:
             self.client.infer(model, [inp], client_timeout=timeout_s)

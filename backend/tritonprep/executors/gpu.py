@@ -1,4 +1,4 @@
-"""The GPU executor: nvImageCodec batch decode + one fused CuPy kernel per ``execute()``.
+"""The GPU executor: nvImageCodec batch decode + one fused CUDA kernel per ``execute()``.
 
 Per call: the host checks every image's header against the limits (no decoding); the
 JPEGs are decoded on the GPU in one batched nvImageCodec call; what the GPU decoder
@@ -13,20 +13,20 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
-from .decode import check_dimensions, check_encoded
-from .decode.cpu import decode_pil
-from .decode.gpu import DecodedImage, GpuDecoder
-from .decode.jpeg import parse_jpeg
-from .errors import ImageError, InstanceFailed, RuntimeUnavailable
-from .executor import NP_DTYPES, BatchResult
-from .geometry import plan_resize
-from .spec import PreprocessSpec
+from ..decode import ImageHeader, validate
+from ..decode.nvimgcodec import DecodedImage, GpuDecoder
+from ..decode.pillow import decode_rgb
+from ..errors import ImageError, InstanceFailed, RuntimeUnavailable
+from ..geometry import plan_resize
+from ..kernels.layout import ImageMeta, pack
+from ..spec import PreprocessSpec
+from .base import BatchResult
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +44,35 @@ def _import_cupy() -> Any:
     try:
         import cupy
     except ImportError as e:
-        raise RuntimeUnavailable(f"CuPy is not installed ({e}); pip install 'tritonprep[gpu-cu13]' (or gpu-cu12)") from None
+        raise RuntimeUnavailable(
+            f"CuPy is not installed ({e}); pip install 'tritonprep[gpu-cu13]' (or gpu-cu12)"
+        ) from None
     return cupy
+
+
+def resize_into(spec: PreprocessSpec, sources: Mapping[int, tuple[int, int, int, int]], out: Any, stream: Any) -> None:
+    """Run the kernel for ``spec`` over decoded images: ``sources[slot] = (device pointer, width, height,
+    row pitch)`` of an upright RGB uint8 image whose output goes to ``out[slot]``; one launch on ``stream``."""
+    from ..kernels import launch
+
+    metas = []
+    for slot in sorted(sources):
+        ptr, w, h, pitch = sources[slot]
+        plan = plan_resize(spec, w, h)
+        metas.append(ImageMeta(ptr, w, h, pitch, plan.resized_w, plan.resized_h, plan.offset_x, plan.offset_y, slot))
+    ptrs, meta = pack(metas)
+    launch.resize_normalize(
+        ptrs,
+        meta,
+        out,
+        nhwc=spec.layout == "NHWC",
+        bgr=spec.channel_order == "BGR",
+        interpolation=spec.interpolation,
+        scale=spec.scale,
+        bias=spec.bias,
+        pad=float(spec.pad_value),
+        stream=stream,
+    )
 
 
 class GpuExecutor:
@@ -63,23 +90,34 @@ class GpuExecutor:
             self.stream = cp.cuda.Stream(non_blocking=True)
         except cp.cuda.runtime.CUDARuntimeError as e:
             raise RuntimeUnavailable(f"GPU {device_id} is not usable: {e}") from None
-        from .kernels import ops  # imports CuPy-dependent code only now
+        from ..kernels import launch  # imports CuPy-dependent code only now
 
-        self._ops = ops
+        self._kernels = launch
         self.decoder: GpuDecoder | None = None
         if spec.gpu_decoder == "nvimgcodec":
             try:
-                self.decoder = GpuDecoder(device_id, self.stream, hw_decoder=spec.hw_decoder,
-                                          fancy_upsampling=spec.fancy_upsampling, hw_share=spec.hw_decoder_share)
+                self.decoder = GpuDecoder(
+                    device_id,
+                    self.stream,
+                    hw_decoder=spec.hw_decoder,
+                    fancy_upsampling=spec.fancy_upsampling,
+                    hw_share=spec.hw_decoder_share,
+                )
             except RuntimeUnavailable as e:
                 log.warning("GPU %d: %s; decoding with Pillow, preprocessing on the GPU", device_id, e)
         self._pool = ThreadPoolExecutor(max_workers=spec.resolved_cpu_threads, thread_name_prefix="tritonprep-gpu-cpu")
         self._pinned: Any = None
         self._in_flight_staging: Any = None
-        self.decoder_name = self.decoder.description if self.decoder else "Pillow (CPU) + upload"
-        log.info("GPU executor on device %d: decoder %s, kernel %s/%s/%s/%s", device_id, self.decoder_name,
-                 spec.interpolation, spec.layout, spec.channel_order, spec.dtype)
         self._warm_up()
+
+    def describe(self) -> str:
+        """One line for the log: the device, the decoder stages and the kernel's options."""
+        decoder = self.decoder.description if self.decoder else "Pillow (CPU) + upload"
+        spec = self.spec
+        return (
+            f"GPU executor on device {self.device.id}: decoder {decoder}; kernel {spec.interpolation}/{spec.layout}/"
+            f"{spec.channel_order}/{spec.dtype}"
+        )
 
     # ------------------------------------------------------------------ helpers
     def _warm_up(self) -> None:
@@ -117,16 +155,12 @@ class GpuExecutor:
         """Hand pinned blocks that nothing uses any more back to the driver (CuPy caches them)."""
         self.cp.get_default_pinned_memory_pool().free_all_blocks()
 
-    def _check(self, data: bytes) -> tuple[str, bool]:
-        """Header checks; returns (format, whether the GPU decoder should take it)."""
-        fmt = check_encoded(data, self.spec.limits)
-        if fmt != "JPEG":
-            return fmt, False
-        header = parse_jpeg(data, self.spec.limits.max_progressive_scans)
-        check_dimensions(header.width, header.height, self.spec.limits)
-        # CMYK/YCCK: Pillow converts Adobe CMYK correctly; malformed EXIF: Pillow's reading of
-        # it is the reference (the CPU executor), nvImageCodec's may differ
-        return fmt, header.components in (1, 3) and header.orientation is not None
+    @staticmethod
+    def _gpu_decodable(header: ImageHeader) -> bool:
+        """Whether the GPU decoder should take the image: JPEGs except CMYK/YCCK (Pillow converts Adobe
+        CMYK correctly) and malformed EXIF (Pillow's reading of it is the reference, nvImageCodec's may differ)."""
+        jpeg = header.jpeg
+        return jpeg is not None and jpeg.components in (1, 3) and jpeg.orientation is not None
 
     def _gpu_decode(self, data: list[bytes]) -> list[DecodedImage | None]:
         """Batch decode; if the decoder fails the whole batch, bisect to isolate the culprits."""
@@ -141,9 +175,9 @@ class GpuExecutor:
             mid = len(data) // 2
             return self._gpu_decode(data[:mid]) + self._gpu_decode(data[mid:])
 
-    def _cpu_decode(self, data: bytes) -> np.ndarray | ImageError:
+    def _cpu_decode(self, data: bytes, header: ImageHeader) -> np.ndarray | ImageError:
         try:
-            return np.ascontiguousarray(np.asarray(decode_pil(data, self.spec.limits)))
+            return decode_rgb(data, self.spec.limits, header)
         except ImageError as e:
             return e
 
@@ -174,8 +208,9 @@ class GpuExecutor:
             return self._run(images)
         except (cp.cuda.runtime.CUDARuntimeError, cp.cuda.driver.CUDADriverError) as e:
             if getattr(e, "status", None) in STICKY_CUDA_ERRORS:
-                raise InstanceFailed(f"CUDA error on GPU {self.device.id}: {e}; this process's CUDA context "
-                                     "is unusable") from None
+                raise InstanceFailed(
+                    f"CUDA error on GPU {self.device.id}: {e}; this process's CUDA context is unusable"
+                ) from None
             raise
 
     def check_context(self) -> None:
@@ -184,21 +219,22 @@ class GpuExecutor:
 
     def inject_illegal_address(self) -> None:
         """Fault injection only: poison the CUDA context (see tritonprep.faults)."""
-        self._ops.launch_illegal_write(self.stream)
+        self._kernels.illegal_write(self.stream)
 
     def _run(self, images: Sequence[bytes]) -> BatchResult:
         t0 = time.perf_counter()
         cp, spec, n = self.cp, self.spec, len(images)
         errors: dict[int, ImageError] = {}
+        headers: dict[int, ImageHeader] = {}
         gpu_idx: list[int] = []
         cpu_idx: list[int] = []
         for i, data in enumerate(images):
             try:
-                _, to_gpu = self._check(data)
+                headers[i] = validate(data, spec.limits)
             except ImageError as e:
                 errors[i] = e
                 continue
-            (gpu_idx if to_gpu and self.decoder is not None else cpu_idx).append(i)
+            (gpu_idx if self.decoder is not None and self._gpu_decodable(headers[i]) else cpu_idx).append(i)
 
         sources: dict[int, tuple[int, int, int, int]] = {}
         keep_alive: list[Any] = []
@@ -214,7 +250,9 @@ class GpuExecutor:
                         decoded_by[img.path] += 1
             t_decode_gpu = time.perf_counter()
             if cpu_idx:
-                decoded = list(self._pool.map(self._cpu_decode, [images[i] for i in cpu_idx]))
+                decoded = list(
+                    self._pool.map(self._cpu_decode, [images[i] for i in cpu_idx], [headers[i] for i in cpu_idx])
+                )
                 host = [(i, a) for i, a in zip(cpu_idx, decoded) if isinstance(a, np.ndarray)]
                 errors.update({i: a for i, a in zip(cpu_idx, decoded) if isinstance(a, ImageError)})
                 if host:
@@ -226,11 +264,8 @@ class GpuExecutor:
             t_decode = time.perf_counter()
             # allocate in steps of 16 images: a handful of sizes recur, so CuPy's pool reuses them
             # instead of caching a block of every batch size ever seen
-            out = cp.empty((-(-max(n, 1) // 16) * 16,) + spec.output_shape, dtype=NP_DTYPES[spec.dtype])[:n]
-            slots = sorted(sources)
-            plans = [plan_resize(spec, sources[i][1], sources[i][2]) for i in slots]
-            ptrs, meta = self._ops.pack_meta([sources[i] for i in slots], plans, slots)
-            self._ops.launch_resize_normalize(spec, ptrs, meta, out, self.stream)
+            out = cp.empty((-(-max(n, 1) // 16) * 16,) + spec.output_shape, dtype=spec.numpy_dtype)[:n]
+            resize_into(spec, sources, out, self.stream)
             self.stream.synchronize()
         del keep_alive  # decoded images are released only after the kernel has read them
         temporary = self._in_flight_staging is not None and self._in_flight_staging is not self._pinned
@@ -238,8 +273,12 @@ class GpuExecutor:
         if temporary:  # an oversized upload's own buffer: hand it back now
             self._release_pinned()
         t1 = time.perf_counter()
-        return BatchResult(out, errors, {k: v for k, v in decoded_by.items() if v},
-                           timings={"decode_gpu_s": t_decode_gpu - t0, "decode_s": t_decode - t0, "total_s": t1 - t0})
+        return BatchResult(
+            out,
+            errors,
+            {k: v for k, v in decoded_by.items() if v},
+            timings={"decode_gpu_s": t_decode_gpu - t0, "decode_s": t_decode - t0, "total_s": t1 - t0},
+        )
 
     def close(self) -> None:
         """Wait for outstanding GPU work, then release the decoders and the CPU fallback threads."""

@@ -9,14 +9,12 @@ Each :class:`Item` says what a correct decoder must do with it:
 
 Nothing is read from disk or the network; the corpus is deterministic (fixed seeds). Used by
 tests/unit/test_hostile_corpus.py, tests/e2e/test_hostile.py and as the fuzzer's seeds
-(scripts/fuzz.py). ``python -m tests.corpus OUT_DIR`` writes it out as files.
+(scripts/fuzz.py). ``python -m tritonprep_testkit.corpus OUT_DIR`` writes it out as files.
 """
 
 from __future__ import annotations
 
 import argparse
-import io
-import os
 import struct
 import sys
 import zlib
@@ -28,6 +26,8 @@ import numpy as np
 from PIL import Image
 
 from tritonprep.errors import DecodeError, ImageError, LimitExceeded, UnsupportedFormat
+
+from .photos import encode, load_photos
 
 
 @dataclass(frozen=True)
@@ -48,34 +48,9 @@ class Item:
         return self.name.split("/", 1)[0]
 
 
-def encode(arr: np.ndarray | Image.Image, fmt: str, **kw: object) -> bytes:
-    """Encode an array or Pillow image with Pillow."""
-    im = arr if isinstance(arr, Image.Image) else Image.fromarray(arr)
-    buf = io.BytesIO()
-    im.save(buf, format=fmt, **kw)
-    return buf.getvalue()
-
-
-PHOTO_NAMES = ("chelsea", "coffee", "astronaut", "rocket")
-
-
-def full_photos() -> dict[str, np.ndarray]:
-    """Real photos as RGB arrays: a cat, an espresso, an astronaut, a rocket (scikit-image's
-    samples, or the same photos as PNGs in $TRITONPREP_PHOTOS where scikit-image is absent,
-    as on the GPU machine: ``scripts/bench_images.py --export-photos``)."""
-    try:
-        from skimage import data
-    except ImportError:
-        folder = os.environ.get("TRITONPREP_PHOTOS")
-        if not folder:
-            raise
-        return {n: np.asarray(Image.open(Path(folder) / f"{n}.png").convert("RGB")) for n in PHOTO_NAMES}
-    return {n: getattr(data, n)() for n in PHOTO_NAMES}
-
-
 def photos() -> dict[str, np.ndarray]:
     """Small crops of real photos (kept small so that the corpus decodes quickly)."""
-    full = full_photos()
+    full = load_photos()
     return {
         "chelsea": full["chelsea"][:240, :320].copy(),  # landscape 320x240
         "rocket": full["rocket"][:300, :200].copy(),  # portrait 200x300
@@ -90,8 +65,9 @@ def chunk(kind: bytes, body: bytes) -> bytes:
     return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
 
 
-def png_raw(width: int, height: int, rows: bytes, bit_depth: int = 8, colour_type: int = 2,
-            extra: bytes = b"") -> bytes:
+def png_raw(
+    width: int, height: int, rows: bytes, bit_depth: int = 8, colour_type: int = 2, extra: bytes = b""
+) -> bytes:
     """A PNG built by hand: IHDR (any size), ``extra`` chunks, one IDAT of ``rows`` (already filtered), IEND."""
     ihdr = struct.pack(">IIBBBBB", width, height, bit_depth, colour_type, 0, 0, 0)
     idat = chunk(b"IDAT", zlib.compress(rows, 9))
@@ -212,25 +188,41 @@ def build() -> list[Item]:
     ok("valid/webp-lossless", encode(coffee, "WEBP", lossless=True), coffee, 0)
     ok("valid/webp-lossy", encode(coffee, "WEBP", quality=95), coffee, 4)
     frames = [Image.fromarray(coffee), Image.fromarray(coffee[::-1].copy()), Image.fromarray(255 - coffee)]
-    ok("valid/webp-animated", encode(frames[0], "WEBP", lossless=True, save_all=True, append_images=frames[1:]),
-       coffee, 0)
+    ok(
+        "valid/webp-animated",
+        encode(frames[0], "WEBP", lossless=True, save_all=True, append_images=frames[1:]),
+        coffee,
+        0,
+    )
     gif_pal = Image.fromarray(coffee).quantize(256)
     ok("valid/gif", encode(gif_pal, "GIF"), np.asarray(gif_pal.convert("RGB")), 0)
     gif_frames = [gif_pal] + [Image.fromarray(f).quantize(256) for f in (coffee[::-1].copy(), 255 - coffee)]
-    ok("valid/gif-animated", encode(gif_pal, "GIF", save_all=True, append_images=gif_frames[1:]),
-       np.asarray(gif_pal.convert("RGB")), 0)
+    ok(
+        "valid/gif-animated",
+        encode(gif_pal, "GIF", save_all=True, append_images=gif_frames[1:]),
+        np.asarray(gif_pal.convert("RGB")),
+        0,
+    )
     ok("valid/bmp-24", encode(rocket, "BMP"), rocket, 0)
     ok("valid/bmp-8-palette", encode(pal, "BMP"), np.asarray(pal.convert("RGB")), 0)
     ok("valid/tiff-raw", encode(cat, "TIFF"), cat, 0)
     ok("valid/tiff-lzw", encode(cat, "TIFF", compression="tiff_lzw"), cat, 0)
     ok("valid/tiff-deflate", encode(cat, "TIFF", compression="tiff_adobe_deflate"), cat, 0)
     ok("valid/tiff-jpeg", encode(cat, "TIFF", compression="jpeg", quality=95), cat, 3)
-    ok("valid/tiff-multipage", encode(Image.fromarray(cat), "TIFF", save_all=True,
-                                     append_images=[Image.fromarray(255 - cat)]), cat, 0)
+    ok(
+        "valid/tiff-multipage",
+        encode(Image.fromarray(cat), "TIFF", save_all=True, append_images=[Image.fromarray(255 - cat)]),
+        cat,
+        0,
+    )
     ok("valid/tiff-16bit-gray", encode(Image.fromarray(g16), "TIFF"), np.repeat(gray[..., None], 3, 2), 0)
     flt = gray.astype(np.float32) / 255.0
-    ok("valid/tiff-float", encode(Image.fromarray(flt, "F"), "TIFF"),
-       np.repeat(((flt - flt.min()) * (255 / (flt.max() - flt.min())) + 0.5).astype(np.uint8)[..., None], 3, 2), 0.01)
+    ok(
+        "valid/tiff-float",
+        encode(Image.fromarray(flt, "F"), "TIFF"),
+        np.repeat(((flt - flt.min()) * (255 / (flt.max() - flt.min())) + 0.5).astype(np.uint8)[..., None], 3, 2),
+        0.01,
+    )
 
     # ---- all 8 EXIF orientations (JPEG and its Exif APP1; TIFF and PNG eXIf are covered by Pillow the same way)
     stored = cat[:120, :200]  # landscape, so that 90-degree turns change the shape
@@ -264,8 +256,12 @@ def build() -> list[Item]:
     ok("markers/200-com", jpeg_insert(base, segment(0xFE, big) * 200), stored, 3)
     icc = segment(0xE2, b"ICC_PROFILE\x00\x01\x01" + big[:60000])
     ok("markers/icc-app2-garbage", jpeg_insert(base, icc), stored, 3)
-    ok("markers/app1-xmp-huge", jpeg_insert(base, segment(0xE1, b"http://ns.adobe.com/xap/1.0/\x00" + big[:65000])),
-       stored, 3)
+    ok(
+        "markers/app1-xmp-huge",
+        jpeg_insert(base, segment(0xE1, b"http://ns.adobe.com/xap/1.0/\x00" + big[:65000])),
+        stored,
+        3,
+    )
     ok("markers/trailing-garbage", jpeg + b"\x00garbage after EOI" * 100, cat, 3)
 
     # ---- empty input and wrong magic bytes
@@ -296,8 +292,11 @@ def build() -> list[Item]:
     maybe("sof/smaller-than-data", jpeg_set_size(jpeg, 100, 50), (50, 100))
     maybe("sof/larger-than-data", jpeg_set_size(jpeg, 640, 480), (480, 640))
     sof = jpeg_sof_offset(jpeg)
-    err("sof/two-frame-headers", jpeg[:sof] + jpeg[sof : sof + 2 + int.from_bytes(jpeg[sof + 2 : sof + 4], "big")]
-        + jpeg[sof:], DecodeError)
+    err(
+        "sof/two-frame-headers",
+        jpeg[:sof] + jpeg[sof : sof + 2 + int.from_bytes(jpeg[sof + 2 : sof + 4], "big")] + jpeg[sof:],
+        DecodeError,
+    )
     err("sof/zero-components", jpeg[: sof + 9] + b"\x00" + jpeg[sof + 10 :], DecodeError)
     err("sof/no-frame-header", jpeg[:sof] + b"\xff\xfe" + jpeg[sof + 2 :], DecodeError)
     # too many progressive scans: repeat the first (DC) scan of a progressive file
@@ -309,54 +308,89 @@ def build() -> list[Item]:
     err("bomb/png-ihdr-100000x100000", png_raw(100_000, 100_000, b"\x00" * 10), LimitExceeded)
     err("bomb/png-ihdr-2^31", png_raw(2**31 - 1, 2**31 - 1, b"\x00" * 10), ImageError)
     err("bomb/png-5000x5000-zeros", png_raw(5000, 5000, bytes(5000 * (1 + 5000 * 3))), LimitExceeded)
-    ok("bomb/png-4096x4096-zeros-within-limit", png_raw(4096, 4096, bytes(4096 * (1 + 4096))[:4096 * 4097],
-                                                        colour_type=0), np.zeros((4096, 4096, 3), np.uint8), 0)
+    ok(
+        "bomb/png-4096x4096-zeros-within-limit",
+        png_raw(4096, 4096, bytes(4096 * (1 + 4096))[: 4096 * 4097], colour_type=0),
+        np.zeros((4096, 4096, 3), np.uint8),
+        0,
+    )
     ztxt = chunk(b"zTXt", b"bomb\x00\x00" + zlib.compress(b"A" * (64 << 20), 9))
     small = png_raw(8, 8, b"\x00" * (8 * 25))
-    err("bomb/png-ztxt-64MB", small[:33] + ztxt + small[33:],
-        DecodeError)
+    err("bomb/png-ztxt-64MB", small[:33] + ztxt + small[33:], DecodeError)
     many = b"".join(chunk(b"zTXt", b"k%d\x00\x00" % i + zlib.compress(b"B" * (1 << 20), 9)) for i in range(80))
     err("bomb/png-80-ztxt-1MB-each", small[:33] + many + small[33:], DecodeError)
     iccp = chunk(b"iCCP", b"icc\x00\x00" + zlib.compress(b"\x00" * (64 << 20), 9))
     maybe("bomb/png-iccp-64MB", small[:33] + iccp + small[33:], (8, 8))
-    err("bomb/gif-screen-65535x65535", b"GIF89a" + struct.pack("<HH", 65535, 65535) + encode(gif_pal, "GIF")[10:],
-        LimitExceeded)
+    err(
+        "bomb/gif-screen-65535x65535",
+        b"GIF89a" + struct.pack("<HH", 65535, 65535) + encode(gif_pal, "GIF")[10:],
+        LimitExceeded,
+    )
     gif = encode(gif_pal, "GIF")
     desc = gif.index(b"\x2c", 13 + 3 * 256)  # first image descriptor after the global palette
-    maybe("bomb/gif-frame-larger-than-screen", gif[: desc + 5] + struct.pack("<HH", 60000, 60000) + gif[desc + 9 :],
-          (200, 300))
+    maybe(
+        "bomb/gif-frame-larger-than-screen",
+        gif[: desc + 5] + struct.pack("<HH", 60000, 60000) + gif[desc + 9 :],
+        (200, 300),
+    )
     many_frames = [Image.new("P", (64, 64), i % 256) for i in range(2000)]
-    ok("bomb/gif-2000-frames", encode(many_frames[0], "GIF", save_all=True, append_images=many_frames[1:]),
-       np.asarray(many_frames[0].convert("RGB")), 0)
+    ok(
+        "bomb/gif-2000-frames",
+        encode(many_frames[0], "GIF", save_all=True, append_images=many_frames[1:]),
+        np.asarray(many_frames[0].convert("RGB")),
+        0,
+    )
     tiff = encode(cat, "TIFF")
     err("bomb/tiff-header-100000x100000", tiff_set_size(tiff, 100_000, 100_000), LimitExceeded)
     err("bomb/tiff-header-0x0", tiff_set_size(tiff, 0, 0), ImageError)
     zeros = Image.new("L", (4000, 4000))
-    ok("bomb/tiff-deflate-4000x4000-within-limit", encode(zeros, "TIFF", compression="tiff_adobe_deflate"),
-       np.zeros((4000, 4000, 3), np.uint8), 0)
+    ok(
+        "bomb/tiff-deflate-4000x4000-within-limit",
+        encode(zeros, "TIFF", compression="tiff_adobe_deflate"),
+        np.zeros((4000, 4000, 3), np.uint8),
+        0,
+    )
     err("bomb/bmp-header-100000x100000", bmp_set_size(encode(rocket, "BMP"), 100_000, 100_000), LimitExceeded)
     err("bomb/bmp-header-0-width", bmp_set_size(encode(rocket, "BMP"), 0, 300), ImageError)
     err("bomb/webp-canvas-16384x16384", webp_vp8x(16384, 16384), LimitExceeded)
     err("bomb/jpeg-over-max-encoded-bytes", jpeg + b"\x00" * 20_000_000, LimitExceeded)
-    ok("bomb/jpeg-4096x4096-flat-within-limit", encode(np.zeros((4096, 4096, 3), np.uint8), "JPEG", quality=50),
-       np.zeros((4096, 4096, 3), np.uint8), 1)
+    ok(
+        "bomb/jpeg-4096x4096-flat-within-limit",
+        encode(np.zeros((4096, 4096, 3), np.uint8), "JPEG", quality=50),
+        np.zeros((4096, 4096, 3), np.uint8),
+        1,
+    )
 
     # ---- truncations at many offsets: always an error, never a half-decoded image
-    for fmt, data in (("jpeg", jpeg), ("jpeg-progressive", prog), ("png", encode(rocket, "PNG")),
-                      ("gif", gif), ("webp", encode(coffee, "WEBP", quality=90)), ("bmp", encode(rocket, "BMP")),
-                      ("tiff", tiff), ("tiff-lzw", encode(cat, "TIFF", compression="tiff_lzw"))):
+    for fmt, data in (
+        ("jpeg", jpeg),
+        ("jpeg-progressive", prog),
+        ("png", encode(rocket, "PNG")),
+        ("gif", gif),
+        ("webp", encode(coffee, "WEBP", quality=90)),
+        ("bmp", encode(rocket, "BMP")),
+        ("tiff", tiff),
+        ("tiff-lzw", encode(cat, "TIFF", compression="tiff_lzw")),
+    ):
         n = len(data)
-        cuts = sorted({c for c in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 100, 128, 256, 512, 1000)
-                       if c < n} | {int(n * f) for f in (0.1, 0.25, 0.5, 0.75, 0.9, 0.99)})
+        cuts = sorted(
+            {c for c in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 100, 128, 256, 512, 1000) if c < n}
+            | {int(n * f) for f in (0.1, 0.25, 0.5, 0.75, 0.9, 0.99)}
+        )
         for c in cuts:
             err(f"truncated/{fmt}-{c}", data[:c], DecodeError)
 
     # ---- bit flips in headers and entropy data: decode to something of the right size, or a clean error
     rng = np.random.default_rng(6)
-    for fmt, data, shape in (("jpeg", jpeg, (240, 320)), ("jpeg-progressive", prog, (240, 320)),
-                             ("png", encode(rocket, "PNG"), (300, 200)), ("gif", gif, (200, 300)),
-                             ("webp", encode(coffee, "WEBP", quality=90), (200, 300)),
-                             ("bmp", encode(rocket, "BMP"), (300, 200)), ("tiff", tiff, (240, 320))):
+    for fmt, data, shape in (
+        ("jpeg", jpeg, (240, 320)),
+        ("jpeg-progressive", prog, (240, 320)),
+        ("png", encode(rocket, "PNG"), (300, 200)),
+        ("gif", gif, (200, 300)),
+        ("webp", encode(coffee, "WEBP", quality=90), (200, 300)),
+        ("bmp", encode(rocket, "BMP"), (300, 200)),
+        ("tiff", tiff, (240, 320)),
+    ):
         head = min(len(data) // 4, 700 if fmt.startswith("jpeg") else 120)
         for k in range(12):
             pos = sorted(int(x) for x in rng.integers(0, head, size=1 + k % 3))
@@ -391,8 +425,13 @@ def bmp_set_size(data: bytes, width: int, height: int) -> bytes:
 def webp_vp8x(width: int, height: int) -> bytes:
     """An extended WebP whose VP8X canvas is ``width`` x ``height`` and whose image is a 1x1 lossless frame."""
     vp8l = encode(np.zeros((1, 1, 3), np.uint8), "WEBP", lossless=True)[12:]  # the 'VP8L' chunk
-    vp8x = b"VP8X" + struct.pack("<I", 10) + b"\x00\x00\x00\x00" + (width - 1).to_bytes(3, "little") \
+    vp8x = (
+        b"VP8X"
+        + struct.pack("<I", 10)
+        + b"\x00\x00\x00\x00"
+        + (width - 1).to_bytes(3, "little")
         + (height - 1).to_bytes(3, "little")
+    )
     body = b"WEBP" + vp8x + vp8l
     return b"RIFF" + struct.pack("<I", len(body)) + body
 

@@ -1,0 +1,96 @@
+"""CuPy launchers of the CUDA kernels in this folder (compiled once per device and option set, cached).
+
+The CUDA sources are package data (``*.cu`` beside this file); CuPy compiles them with
+NVRTC on first use in a process and keeps the binaries in its on-disk kernel cache, so a
+model instance pays the compile once, in its warm-up. Launchers take device pointers, plain
+numbers and flags; what they mean for a model is the executor's business.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from importlib import resources
+
+import cupy
+import numpy as np
+
+from .layout import META_FIELDS, cuda_defines
+
+BLOCK = 256
+#: the resize filters the kernel implements (a -D flag each, or none for the default)
+FILTERS = {"bilinear": (), "bicubic": ("FILTER_BICUBIC",)}
+
+
+def _source(name: str) -> str:
+    return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+
+
+@cupy.memoize(for_each_device=True)
+def _resize_normalize_kernel(half: bool, nhwc: bool, bgr: bool, flags: tuple[str, ...]) -> cupy.RawKernel:
+    defines = [flag for flag, on in (("OUT_HALF", half), ("OUT_NHWC", nhwc), ("OUT_BGR", bgr)) if on] + list(flags)
+    module = cupy.RawModule(
+        code=_source("resize_normalize.cu"),
+        options=("--std=c++14", *cuda_defines(), *(f"-D{d}" for d in defines)),
+    )
+    return module.get_function("tritonprep_resize_normalize")
+
+
+def resize_normalize(
+    ptrs: np.ndarray,
+    meta: np.ndarray,
+    out: cupy.ndarray,
+    *,
+    nhwc: bool,
+    bgr: bool,
+    interpolation: str,
+    scale: Sequence[float],
+    bias: Sequence[float],
+    pad: float,
+    stream: cupy.cuda.Stream,
+) -> None:
+    """Resize, crop or pad, normalize and lay out every image described by ``ptrs``/``meta`` into ``out``.
+
+    One launch on ``stream``. ``ptrs`` and ``meta`` are :func:`.layout.pack`'s arrays; ``out`` is
+    a C-contiguous float32 or float16 batch of shape ``(n, 3, H, W)`` (or ``(n, H, W, 3)`` with
+    ``nhwc``) whose slots the metadata rows name; ``out = pixel * scale + bias`` per channel
+    (RGB order), ``pad`` is the pixel value outside the resized image.
+    """
+    n = len(ptrs)
+    if n == 0:
+        return
+    if meta.shape != (n, len(META_FIELDS)) or meta.dtype != np.int32:
+        raise ValueError(f"metadata must be int32 of shape ({n}, {len(META_FIELDS)}), got {meta.dtype} {meta.shape}")
+    if out.ndim != 4 or out.shape[3 if nhwc else 1] != 3:
+        raise ValueError(f"output buffer {out.shape} is not a batch of 3-channel {'NHWC' if nhwc else 'NCHW'} images")
+    if out.dtype not in (np.float32, np.float16) or not out.flags.c_contiguous:
+        raise ValueError(f"output buffer must be C-contiguous float32 or float16, got {out.dtype}")
+    if interpolation not in FILTERS:
+        raise ValueError(f"interpolation must be one of {sorted(FILTERS)}, got {interpolation!r}")
+    out_h, out_w = (out.shape[1], out.shape[2]) if nhwc else (out.shape[2], out.shape[3])
+    kernel = _resize_normalize_kernel(out.dtype == np.float16, nhwc, bgr, FILTERS[interpolation])
+    f32 = np.float32
+    with stream:
+        d_ptrs = cupy.asarray(ptrs)
+        d_meta = cupy.asarray(meta)
+        pixels = out_h * out_w
+        kernel(
+            ((pixels + BLOCK - 1) // BLOCK, n),
+            (BLOCK,),
+            (
+                d_ptrs,
+                d_meta,
+                out,
+                np.int32(out_h),
+                np.int32(out_w),
+                *(f32(s) for s in scale),
+                *(f32(b) for b in bias),
+                f32(pad),
+            ),
+        )
+
+
+def illegal_write(stream: cupy.cuda.Stream) -> None:
+    """Fault injection only: poison this process's CUDA context with an illegal-address error."""
+    kernel = cupy.RawModule(code=_source("fault.cu")).get_function("tritonprep_illegal_write")
+    with stream:
+        kernel((1,), (1,), (np.uint64(0x10),))

@@ -1,0 +1,7 @@
+"""``python -m tritonprep.launcher``: the same as ``tritonprep serve``."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

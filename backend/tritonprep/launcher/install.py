@@ -1,0 +1,69 @@
+"""Where the nvidia-pytriton wheel put tritonserver, its Python backend and libraries, and how many GPUs are visible."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ServerError
+
+
+@dataclass(frozen=True)
+class TritonInstall:
+    """Where the pytriton wheel put tritonserver, its Python backend and its libraries."""
+
+    binary: Path
+    python_backend: Path
+    stub: Path
+    libs: Path
+
+    @classmethod
+    def find(cls) -> TritonInstall:
+        """Locate the files of the installed ``nvidia-pytriton`` wheel."""
+        spec = importlib.util.find_spec("pytriton")
+        if spec is None or not spec.submodule_search_locations:
+            raise ServerError(
+                "the embedded server needs the nvidia-pytriton wheel: pip install 'tritonprep[server]' "
+                "(or run `make serve`, which sets up .venv)"
+            )
+        root = Path(next(iter(spec.submodule_search_locations))) / "tritonserver"
+        py = f"{sys.version_info.major}.{sys.version_info.minor}"
+        install = cls(
+            binary=root / "bin" / "tritonserver",
+            python_backend=root / "backends" / "python",
+            stub=root / "python_backend_stubs" / py / "triton_python_backend_stub",
+            libs=root.parent.parent / "nvidia_pytriton.libs",
+        )
+        for path in (install.binary, install.python_backend, install.stub):
+            if not path.exists():
+                raise ServerError(f"{path} is missing: nvidia-pytriton has no Triton build for Python {py} here")
+        return install
+
+    def make_backend_dir(self, dest: Path) -> Path:
+        """Copy the Python backend and this Python's stub into ``dest/python``; return ``dest``."""
+        python_dir = dest / "python"
+        python_dir.mkdir(parents=True, exist_ok=True)
+        for src in list(self.python_backend.iterdir()) + [self.stub]:
+            if src.is_file():
+                shutil.copy2(src, python_dir / src.name)
+        return dest
+
+
+def gpu_count() -> int:
+    """Number of visible GPUs (0 without a driver); used to size per-GPU memory pools."""
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    count = sum(1 for line in out.splitlines() if line.startswith("GPU "))
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        count = min(count, len([d for d in visible.split(",") if d.strip()]))
+    return count

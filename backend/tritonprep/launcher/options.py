@@ -1,0 +1,73 @@
+"""How to run tritonserver: the options of an embedded server and the constants of its secure defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import ServerError
+
+_SOURCE_REPOSITORY = Path(__file__).resolve().parents[3] / "model_repository"
+#: the checkout's model_repository/ for a source install, else ./model_repository
+DEFAULT_REPOSITORY = _SOURCE_REPOSITORY if _SOURCE_REPOSITORY.is_dir() else Path("model_repository")
+#: APIs that only clients with the admin header may use (Triton's --http-restricted-api names)
+RESTRICTED_APIS = ("model-repository", "model-config", "shared-memory", "statistics", "trace", "logging")
+ADMIN_HEADER = "triton-admin-key"
+ADMIN_KEY_ENV = "TRITONPREP_ADMIN_KEY"
+#: Triton checks a restricted gRPC protocol's header under this prefix
+GRPC_HEADER_PREFIX = "triton-grpc-protocol-"
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """How to run tritonserver. Defaults are the secure, local ones."""
+
+    model_repository: Path = DEFAULT_REPOSITORY
+    host: str = "127.0.0.1"
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    model_config_name: str | None = None
+    log_verbose: int = 0
+    #: per-GPU CUDA memory pool; Triton copies GPU outputs of Python models into it
+    cuda_memory_pool_mb: int = 512
+    pinned_memory_pool_mb: int = 256
+    exit_timeout_s: int = 30
+    extra_args: tuple[str, ...] = field(default_factory=tuple)
+    #: extra environment variables of tritonserver and its stubs
+    env: tuple[tuple[str, str], ...] = ()
+    #: APIs that need the admin header; () leaves every API open
+    restricted_apis: tuple[str, ...] = RESTRICTED_APIS
+    admin_header: str = ADMIN_HEADER
+    #: the admin header's value; None: a random one per EmbeddedServer (the APIs are then closed to others)
+    admin_key: str | None = None
+    #: gRPC over TLS: PEM server certificate and key; with a root certificate, mutual TLS
+    grpc_tls_cert: Path | None = None
+    grpc_tls_key: Path | None = None
+    grpc_tls_root_cert: Path | None = None
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.restricted_apis) - set(RESTRICTED_APIS) - {"health", "metadata", "inference"})
+        if unknown:
+            raise ServerError(
+                f"unknown API(s) to restrict {unknown}; known: {', '.join(RESTRICTED_APIS)}, "
+                "health, metadata, inference"
+            )
+        if (self.grpc_tls_cert is None) != (self.grpc_tls_key is None):
+            raise ServerError("gRPC TLS needs both a certificate and a key (--grpc-tls-cert and --grpc-tls-key)")
+        if self.grpc_tls_root_cert is not None and self.grpc_tls_cert is None:
+            raise ServerError("mutual gRPC TLS (--grpc-tls-root-cert) needs --grpc-tls-cert and --grpc-tls-key")
+        for name in ("admin_header", "admin_key"):
+            value = getattr(self, name)
+            if value is not None and (not value or any(c in value for c in ",:= \t\r\n")):
+                raise ServerError(f"{name} must be non-empty without spaces, ',', ':' or '=' (Triton's flag syntax)")
+
+    @property
+    def http_url(self) -> str:
+        """Base URL of the HTTP endpoint."""
+        return f"http://{self.host}:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        """host:port of the gRPC endpoint."""
+        return f"{self.host}:{self.grpc_port}"

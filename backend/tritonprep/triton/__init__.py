@@ -1,0 +1,13 @@
+"""The Triton Python-backend side of every model; owns the request/response contract.
+
+* :mod:`.pb` - ``triton_python_backend_utils`` (imported lazily: it exists only inside a stub),
+  logging into Triton's log, the model config
+* :mod:`.tensors` - tensors across the boundary (DLPack, GPU tensors stay on the GPU)
+* :mod:`.responses` - error responses and :func:`~.responses.batched_responses`, which gives
+  every model one response per request and per-request errors
+* :mod:`.preprocess` - :class:`~.preprocess.PreprocessModel`, everything a preprocess instance does
+* :mod:`.health` - taking a broken instance out of service, heap trimming
+* :mod:`.metrics`, :mod:`.profiling`, :mod:`.faults` - custom metrics, phase timings, fault injection
+
+The ``model.py`` files of ``model_repository/`` only parse their config and call these.
+"""

@@ -1,0 +1,90 @@
+"""Tensors across the Python-backend boundary.
+
+Numeric tensors cross through DLPack (``Tensor.from_dlpack`` / ``from_dlpack``), which works
+whatever numpy the stub runs with and keeps GPU tensors on the GPU; BYTES tensors need numpy's
+object arrays (numpy < 2 in Triton 2.51's stub: DLPack cannot carry them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import RequestError
+from .pb import pb_utils
+
+_NUMPY_MAJOR = int(np.__version__.split(".")[0])
+
+
+def input_array(request: Any, name: str) -> Any:
+    """A request's numeric input as a numpy array (CPU tensor) or CuPy array (GPU tensor)."""
+    tensor = pb_utils().get_input_tensor_by_name(request, name)
+    if tensor is None:
+        raise RequestError(f"request has no input named {name!r}")
+    if tensor.is_cpu():
+        return np.from_dlpack(tensor)
+    import cupy
+
+    return cupy.from_dlpack(tensor)
+
+
+def bytes_input(request: Any, name: str) -> list[bytes]:
+    """A request's BYTES input as a list of its elements (any shape, flattened)."""
+    tensor = pb_utils().get_input_tensor_by_name(request, name)
+    if tensor is None:
+        raise RequestError(f"request has no input named {name!r}")
+    arr = tensor.as_numpy()
+    if arr.dtype != np.object_:
+        raise RequestError(f"input {name!r} must be BYTES (TYPE_STRING), got {arr.dtype}")
+    return [bytes(x) for x in arr.reshape(-1)]
+
+
+def output_tensor(name: str, array: Any) -> Any:
+    """Wrap a numpy or CuPy array as an output tensor.
+
+    GPU (CuPy) arrays always go through DLPack and stay on the GPU; the caller must have
+    synchronized the stream that produced them. Host arrays use ``pb_utils.Tensor`` under
+    numpy 1.x; under numpy 2, whose arrays that constructor corrupts in Triton <= 24.x stubs,
+    they go through DLPack too. (DLPack is not used for host arrays under numpy 1.x because the
+    backend renames a consumed capsule ``used_dlpack``, which numpy's capsule destructor reports
+    on stderr for every tensor.)
+    """
+    pb = pb_utils()
+    if isinstance(array, np.ndarray):
+        array = np.ascontiguousarray(array)
+        if _NUMPY_MAJOR < 2:
+            return pb.Tensor(name, array)
+        return pb.Tensor.from_dlpack(name, array)
+    # A CuPy array whose producing stream the caller has already synchronized (the executors
+    # do, once per batch): hand over a bare capsule, which the backend takes as is. Passing the
+    # array would make the backend run `__dlpack__(stream=...)` and a stream synchronization
+    # for every single output tensor.
+    return pb.Tensor.from_dlpack(name, array.toDlpack())
+
+
+def bytes_tensor(name: str, rows: Sequence[Sequence[str]]) -> Any:
+    """A BYTES output tensor of UTF-8 strings (needs numpy < 2 in the stub: DLPack cannot carry BYTES)."""
+    return pb_utils().Tensor(name, np.array([[s.encode() for s in row] for row in rows], dtype=np.object_))
+
+
+def placement(array: Any) -> str:
+    """ "CPU" for a numpy array, "GPU" for a CuPy one (for logs that prove zero-copy handoff)."""
+    return "CPU" if isinstance(array, np.ndarray) else "GPU"
+
+
+def concat(arrays: Sequence[Any]) -> Any:
+    """Concatenate numpy or CuPy arrays along the batch axis (no copy for a single array)."""
+    if len(arrays) == 1:
+        return arrays[0]
+    if any(type(a).__module__.startswith("cupy") for a in arrays):
+        import cupy
+
+        return cupy.concatenate([cupy.asarray(a) for a in arrays])
+    return np.concatenate(arrays)
+
+
+def to_numpy(array: Any) -> np.ndarray:
+    """A host copy of a CuPy array; numpy arrays pass through."""
+    return array.get() if hasattr(array, "get") and not isinstance(array, np.ndarray) else np.asarray(array)

@@ -1,0 +1,11 @@
+"""The shared test kit of tests/ and scripts/: what both need to exercise a real server.
+
+* :mod:`.photos` - real photos (scikit-image's samples) and benchmark JPEG sets
+* :mod:`.corpus` - the hostile-input corpus, each item with the behaviour it demands
+* :mod:`.compare` - references and tolerances for comparing pixels and predictions
+* :mod:`.servers` - the checkout's paths and a scoped embedded server on free ports
+* :mod:`.loadgen` - the gRPC load generator and the figures' report
+* :mod:`.faults`, :mod:`.overload`, :mod:`.soak` - the fault, overload and soak scenarios
+
+It is installed with the project (``pip install -e .``); nothing in ``tritonprep`` imports it.
+"""

@@ -1,0 +1,69 @@
+"""The hostile-input corpus through a real server: the reference answers, concurrent requests, the metrics."""
+
+from __future__ import annotations
+
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from tritonprep.executors import BatchResult
+from tritonprep.executors.cpu import CpuExecutor
+from tritonprep.launcher.process import EmbeddedServer
+from tritonprep.spec import PreprocessSpec
+from tritonprep.triton.metrics import FLUSH_DELAY_S
+from tritonprep_client import image_input
+
+from .corpus import Item
+from .loadgen import GrpcSender
+
+
+def metrics(server: EmbeddedServer, settle_s: float = 10.0) -> dict[str, float]:
+    """tritonprep_* samples of the metrics endpoint, {'name{labels}': value}, once the counters
+    have stopped moving (the instance sends them in the background, FLUSH_DELAY_S after a change)."""
+
+    def read() -> dict[str, float]:
+        text = server.metrics_text()
+        return {k: float(v) for k, v in re.findall(r"^(tritonprep_[^ ]+) ([0-9.e+-]+)$", text, re.M)}
+
+    deadline = time.monotonic() + settle_s
+    last = read()
+    while time.monotonic() < deadline:
+        time.sleep(max(0.1, 5 * FLUSH_DELAY_S))
+        now = read()
+        if {k: v for k, v in now.items() if "_total" in k or "_count" in k} == {
+            k: v for k, v in last.items() if "_total" in k or "_count" in k
+        }:
+            return now
+        last = now
+    return last
+
+
+def library_results(items: list[Item]) -> list[BatchResult]:
+    """What the CPU executor gives for each item's image alone (the reference)."""
+    ex = CpuExecutor(PreprocessSpec())
+    try:
+        return [ex.run([it.data]) for it in items]
+    finally:
+        ex.close()
+
+
+def preprocess_concurrently(server: EmbeddedServer, images: list[bytes], threads: int = 8) -> list[Any]:
+    """One ``preprocess`` request per image, ``threads`` at a time (so that they share dynamic
+    batches); each answer is the PIXELS array or the InferenceServerException."""
+    from tritonclient.utils import InferenceServerException
+
+    sender = GrpcSender(server.options.grpc_url)
+
+    def call(data: bytes):
+        inp = image_input([data], sender.m)
+        try:
+            return sender.client.infer("preprocess", [inp], client_timeout=60).as_numpy("PIXELS")
+        except InferenceServerException as e:
+            return e
+
+    try:
+        with ThreadPoolExecutor(threads) as pool:
+            return list(pool.map(call, images))
+    finally:
+        sender.close()

@@ -1,0 +1,47 @@
+"""Real tritonserver processes for tests and scripts: paths of the checkout and a scoped server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tritonprep.launcher.options import ServerOptions
+from tritonprep.launcher.probes import free_ports
+from tritonprep.launcher.process import EmbeddedServer
+from tritonprep.launcher.supervise import Supervisor
+
+REPO = Path(__file__).resolve().parents[2]
+MODEL_REPOSITORY = REPO / "model_repository"
+ONNX = MODEL_REPOSITORY / "classifier" / "1" / "model.onnx"
+
+
+def local_options(repository: Path = MODEL_REPOSITORY, **kw: object) -> ServerOptions:
+    """Server options on three free localhost ports."""
+    http, grpc, metrics = free_ports(3)
+    return ServerOptions(repository, http_port=http, grpc_port=grpc, metrics_port=metrics, **kw)  # type: ignore[arg-type]
+
+
+@contextmanager
+def running_server(
+    log_path: Path,
+    *,
+    supervise: bool = False,
+    env: dict[str, str] | None = None,
+    repository: Path = MODEL_REPOSITORY,
+    exit_timeout_s: int = 30,
+    **supervisor_kw: object,
+) -> Iterator[tuple[EmbeddedServer, Supervisor | None]]:
+    """A ready embedded server on free ports (and its supervisor), stopped on exit, whatever happens."""
+    options = local_options(repository, env=tuple((env or {}).items()), exit_timeout_s=exit_timeout_s)
+    server = EmbeddedServer(options, log_path)
+    supervisor = None
+    with server:
+        if supervise:
+            supervisor = Supervisor(server, **supervisor_kw)  # type: ignore[arg-type]
+            supervisor.start()
+        try:
+            yield server, supervisor
+        finally:
+            if supervisor is not None:
+                supervisor.stop()
