@@ -13,13 +13,22 @@ TORCH_SPEC  ?= torch==2.13.0
 PIP_FLAGS   ?= -q --disable-pip-version-check
 ONNX        := model_repository/classifier/1/model.onnx
 PYTEST_ARGS ?=
+# The classifier's ONNX Runtime: auto (the GPU build for CUDA 13 where nvidia-smi lists a GPU, else the
+# CPU build), cu13, cu12 or none. onnxruntime and onnxruntime-gpu install the same module, so setup
+# removes the other build before it installs this one.
+GPU         ?= auto
+GPU_BUILD   := $(if $(filter auto,$(GPU)),$(shell nvidia-smi -L 2>/dev/null | grep -q '^GPU ' && echo cu13 || echo none),$(GPU))
+RUNTIME     := $(if $(filter none,$(GPU_BUILD)),cpu,gpu-$(GPU_BUILD))
+OTHER_ORT   := $(if $(filter cpu,$(RUNTIME)),onnxruntime-gpu,onnxruntime)
+INSTALLED   := $(VENV)/.installed-$(RUNTIME)
 
 .PHONY: setup model demo serve lint format test test-gpu clean
 
-$(VENV)/.installed: pyproject.toml
+$(INSTALLED): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/python -m pip install $(PIP_FLAGS) -e '.[server,test]'
-	touch $@
+	$(VENV)/bin/python -m pip uninstall $(PIP_FLAGS) -y $(OTHER_ORT) 2>/dev/null || true
+	$(VENV)/bin/python -m pip install $(PIP_FLAGS) -e '.[server,$(RUNTIME),test]'
+	rm -f $(VENV)/.installed $(VENV)/.installed-* && touch $@
 
 $(EXPORT_VENV)/.installed: pyproject.toml
 	test -x $(EXPORT_VENV)/bin/python || $(PYTHON) -m venv $(EXPORT_VENV)
@@ -30,7 +39,7 @@ $(EXPORT_VENV)/.installed: pyproject.toml
 $(ONNX): scripts/export_classifier.py | $(EXPORT_VENV)/.installed
 	$(EXPORT_VENV)/bin/python scripts/export_classifier.py --output $@
 
-setup: $(VENV)/.installed
+setup: $(INSTALLED)
 
 model: $(ONNX)
 

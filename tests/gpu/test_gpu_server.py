@@ -49,6 +49,10 @@ def test_outputs_stay_on_the_gpu_into_the_classifier(gpu_server, gpu_client, jpe
     gpu_client.classify([jpegs["chelsea"]])
     text = gpu_server.log_path.read_text()
     assert "classifier: first batch input on the GPU" in text
+    ort = pytest.importorskip("onnxruntime")
+    if "CUDAExecutionProvider" in ort.get_available_providers():  # the GPU build: the network runs there too
+        assert "runtime onnxruntime-cuda" in text, "the classifier did not run on ONNX Runtime's CUDA EP"
+        assert "captured while loading" in text
 
 
 def test_preprocessed_pixels_within_one_level_of_pillow(gpu_client, jpegs):

@@ -295,23 +295,25 @@ def test_dockerfile_builds_on_the_pinned_tritonserver_image_as_a_non_root_user()
     users = [i["value"] for i in df.structure if i["instruction"] == "USER"]
     assert users == ["triton-server"]
     run = " ".join(i["value"] for i in df.structure if i["instruction"] == "RUN")
-    assert "gpu-cu${CUDA_VERSION%%.*}" in run and '"numpy<2"' in run and "chown triton-server" in run
+    assert "preprocess-cu${CUDA_VERSION%%.*}" in run and '"numpy<2"' in run and "chown triton-server" in run
 
 
 def test_the_images_cuda_has_a_gpu_extra_with_cupy_below_14():
-    """The image installs gpu-cu<CUDA major>; CuPy 14 needs numpy 2, which the Python backend cannot take."""
+    """The image installs preprocess-cu<CUDA major>; CuPy 14 needs numpy 2, which the Python backend cannot take.
+    No ONNX Runtime there: Triton's TensorRT backend serves the network in the container."""
     from importlib.metadata import requires
 
     from packaging.requirements import Requirement
 
     year, month = map(int, dockerfile_tag().split("."))
     cuda = 13 if (year, month) >= (25, 8) else 12  # NVIDIA's release notes: 25.08 is the first on CUDA 13.0
-    extra = f"gpu-cu{cuda}"
+    extra = f"preprocess-cu{cuda}"
     reqs = [Requirement(r) for r in requires("tritonprep") or []]
     in_extra = {r.name: r for r in reqs if r.marker is not None and r.marker.evaluate({"extra": extra})}
     cupy = in_extra[f"cupy-cuda{cuda}x"]
     assert cupy.specifier.contains("13.6.0") and not cupy.specifier.contains("14.0.0")
     assert f"nvidia-nvimgcodec-cu{cuda}" in in_extra
+    assert not any(name.startswith("onnxruntime") for name in in_extra)
 
 
 def test_everything_the_dockerfile_copies_exists_and_is_not_ignored():

@@ -154,3 +154,17 @@ def test_a_choice_is_checked_once_in_code_as_in_config():
 def test_the_readme_lists_every_parameter_as_the_table_says():
     readme = (REPO.parent / "README.md").read_text()
     assert parameter_table() in readme, "README's parameter table differs from `python -m tritonprep.spec`"
+
+
+def test_the_gpu_config_is_the_default_one_with_gpu_instances_and_batching():
+    """configs/gpu.pbtxt (picked on GPU machines) changes only instances and batching, never the model."""
+    default = load_config(REPO / "preprocess" / "config.pbtxt")
+    gpu = load_config(REPO / "preprocess" / "configs" / "gpu.pbtxt")
+    assert [g.kind for g in gpu.instance_group] == [model_config_pb2.ModelInstanceGroup.KIND_GPU]
+    assert gpu.instance_group[0].count > 1 and gpu.dynamic_batching.max_queue_delay_microseconds == 0
+    for cfg in (default, gpu):
+        cfg.ClearField("instance_group")
+        cfg.dynamic_batching.ClearField("max_queue_delay_microseconds")
+    assert default == gpu
+    for name in ("tensorrt.pbtxt", "onnxruntime.pbtxt"):  # the container's config names pick the same file
+        assert (REPO / "preprocess" / "configs" / name).resolve() == (REPO / "preprocess" / "configs" / "gpu.pbtxt")

@@ -1,167 +1,213 @@
-"""Inference runtimes for the classifier in the embedded mode (a Python-backend model).
+"""The classifier's runtime in the embedded mode (a Python-backend model), chosen from its config.
 
-The best runtime present wins: TensorRT (an engine built from the ONNX file and cached
-beside it), else ONNX Runtime with its TensorRT or CUDA execution provider when the GPU
-build is installed, else ONNX Runtime on the CPU. In the container the same network is
-served by Triton's own ``tensorrt_plan`` backend instead (see docker/).
+``runtime`` ``auto`` takes the fastest one present for the instance: TensorRT (an engine built from
+the ONNX and cached beside it) where the ``tensorrt`` package is installed, else ONNX Runtime's CUDA
+EP (:mod:`.ort_cuda`: a session per batch bucket, CUDA graphs) where ``onnxruntime-gpu`` and its CUDA
+libraries are, else ONNX Runtime on the CPU. A GPU instance that falls back to the CPU says so in
+one log line naming what to install. The container serves the same network with Triton's own
+``tensorrt_plan`` backend instead (see docker/).
+
+The classifier config's ``parameters`` (all optional; :data:`PARAMETERS`)::
+
+    runtime        auto | tensorrt | onnxruntime
+    precision      fp16 | fp32    GPU runtimes (FP16 weights and math, FP32 input/output); the CPU runs FP32
+    layout         nhwc | nchw    the GPU runtime's internal layout (the input stays NCHW)
+    cuda_graphs    true | false   replay each bucket as a CUDA graph
+    batch_buckets  "1,2,4,...,256" batch sizes the GPU runtime runs at (default: powers of two up to
+                                  max_batch_size); a batch is padded up to the next one
+    gpu_mem_limit_mb  "0"         cap of each bucket's ONNX Runtime arena (0: none)
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
 from ..errors import ConfigError, RuntimeUnavailable
-from .engines import BuildOptions, PythonBuilder, build_or_reuse, import_tensorrt
+from .ort_cuda import GPU_INSTALL_HINT, OrtCudaRuntime, cuda_provider_available, import_onnxruntime
 
 log = logging.getLogger(__name__)
 
 RUNTIME_CHOICES = ("auto", "tensorrt", "onnxruntime")
+PRECISIONS = ("fp16", "fp32")
+LAYOUTS = ("nhwc", "nchw")
+#: the FP16 variant of ``model.onnx`` that ``make model`` writes beside it
+FP16_SUFFIX = ".fp16.onnx"
 
 
 class Runtime(Protocol):
-    """A loaded network: takes an NCHW batch (numpy or CuPy), returns logits."""
+    """A loaded network: takes NCHW batches (numpy or CuPy), returns logits."""
 
     name: str
     on_gpu: bool
 
     def infer(self, batch: Any) -> Any:
-        """Run the network on ``batch``; returns a numpy or CuPy array."""
+        """Logits of ``batch``; a numpy or CuPy array."""
+        ...
+
+    def infer_many(self, parts: Sequence[Any]) -> Any:
+        """Logits of the concatenation of ``parts`` (what a Triton execute holds: one part per request)."""
         ...
 
 
-def _is_cupy(x: Any) -> bool:
-    return type(x).__module__.startswith("cupy")
+def _bool(name: str, text: str) -> bool:
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise ConfigError(f"classifier parameter {name!r} must be true or false, got {text!r}")
+    return value == "true"
 
 
-class OnnxRuntime:
-    """ONNX Runtime session with the fastest execution provider installed."""
+def _choice(name: str, text: str, choices: tuple[str, ...]) -> str:
+    value = text.strip().lower()
+    if value not in choices:
+        raise ConfigError(f"classifier parameter {name!r} must be one of {', '.join(choices)}; got {text!r}")
+    return value
 
-    def __init__(self, onnx_path: Path, device_id: int = 0, use_gpu: bool = True, threads: int = 0) -> None:
-        try:
-            import onnxruntime as ort
-        except ImportError as e:
-            raise RuntimeUnavailable(f"onnxruntime is not installed: {e}") from None
-        available = ort.get_available_providers()
-        wanted: list[Any] = []
-        if use_gpu and "TensorrtExecutionProvider" in available:
-            cache = str(onnx_path.parent / "ort-trt-cache")
-            wanted.append(
-                (
-                    "TensorrtExecutionProvider",
-                    {
-                        "device_id": device_id,
-                        "trt_fp16_enable": True,
-                        "trt_engine_cache_enable": True,
-                        "trt_engine_cache_path": cache,
-                    },
-                )
+
+def _ints(name: str, text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise ConfigError(f"classifier parameter {name!r} must be comma-separated integers, got {text!r}") from None
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    """How the classifier runs; read from its config's ``parameters``."""
+
+    runtime: str = "auto"
+    precision: str = "fp16"
+    layout: str = "nhwc"
+    cuda_graphs: bool = True
+    batch_buckets: tuple[int, ...] = ()
+    gpu_mem_limit_mb: int = 0
+
+    @classmethod
+    def from_parameters(cls, params: Mapping[str, str], max_batch: int) -> RuntimeOptions:
+        """Options from ``{name: string}``; buckets default to the powers of two up to ``max_batch``."""
+        known = {"runtime", "precision", "layout", "cuda_graphs", "batch_buckets", "gpu_mem_limit_mb"}
+        ignored = {"FORCE_CPU_ONLY_INPUT_TENSORS"}  # the Python backend's own
+        unknown = sorted(set(params) - known - ignored)
+        if unknown:
+            raise ConfigError(f"unknown classifier parameter(s) {unknown}; known: {sorted(known)}")
+        buckets = _ints("batch_buckets", params["batch_buckets"]) if params.get("batch_buckets") else ()
+        if not buckets:
+            buckets = tuple(1 << k for k in range(max_batch.bit_length()) if 1 << k < max_batch) + (max_batch,)
+        if sorted(set(buckets)) != list(buckets) or buckets[0] < 1 or buckets[-1] != max_batch:
+            raise ConfigError(
+                f"batch_buckets must be increasing and end at max_batch_size ({max_batch}), got {list(buckets)}"
             )
-        if use_gpu and "CUDAExecutionProvider" in available:
-            wanted.append(("CUDAExecutionProvider", {"device_id": device_id}))
-        wanted.append("CPUExecutionProvider")
+        limit = params.get("gpu_mem_limit_mb", "0").strip() or "0"
+        if not limit.isdigit():
+            raise ConfigError(f"classifier parameter 'gpu_mem_limit_mb' must be a whole number, got {limit!r}")
+        return cls(
+            runtime=_choice("runtime", params.get("runtime", "auto"), RUNTIME_CHOICES),
+            precision=_choice("precision", params.get("precision", "fp16"), PRECISIONS),
+            layout=_choice("layout", params.get("layout", "nhwc"), LAYOUTS),
+            cuda_graphs=_bool("cuda_graphs", params.get("cuda_graphs", "true")),
+            batch_buckets=buckets,
+            gpu_mem_limit_mb=int(limit),
+        )
+
+
+class OrtCpuRuntime:
+    """ONNX Runtime on the CPU (FP32): any batch size, numpy in and out."""
+
+    name = "onnxruntime-cpu"
+    on_gpu = False
+
+    def __init__(self, onnx_path: Path, threads: int = 0) -> None:
+        ort = import_onnxruntime()
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        self.session = ort.InferenceSession(str(onnx_path), options, providers=wanted)
-        used = self.session.get_providers()[0]
-        self.on_gpu = used != "CPUExecutionProvider"
-        self.name = {
-            "TensorrtExecutionProvider": "onnxruntime-tensorrt",
-            "CUDAExecutionProvider": "onnxruntime-cuda",
-        }.get(used, "onnxruntime-cpu")
+        self.session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
         self.input_name = self.session.get_inputs()[0].name
         self.output_name = self.session.get_outputs()[0].name
 
-    def infer(self, batch: Any) -> Any:
-        """Run the session; GPU inputs are copied to the host only for the CPU provider."""
-        if _is_cupy(batch):
+    def infer(self, batch: Any) -> np.ndarray:
+        """Logits of ``batch``; GPU inputs are copied to the host."""
+        if not isinstance(batch, np.ndarray):
             batch = batch.get()
         batch = np.ascontiguousarray(batch, dtype=np.float32)
         return self.session.run([self.output_name], {self.input_name: batch})[0]
 
+    def infer_many(self, parts: Sequence[Any]) -> np.ndarray:
+        """Logits of the concatenated ``parts``."""
+        host = [p if isinstance(p, np.ndarray) else p.get() for p in parts]
+        return self.infer(host[0] if len(host) == 1 else np.concatenate(host))
 
-class TensorRTRuntime:
-    """A TensorRT engine built from the ONNX file (cached beside it), run on CuPy buffers."""
 
-    name = "tensorrt"
-    on_gpu = True
-
-    def __init__(
-        self, onnx_path: Path, input_dims: tuple[int, ...], device_id: int = 0, max_batch: int = 256, fp16: bool = True
-    ) -> None:
-        trt = import_tensorrt()
-        try:
-            import cupy
-        except ImportError as e:
-            raise RuntimeUnavailable(f"CuPy is needed to run TensorRT engines: {e}") from None
-        self._cp = cupy
-        self._device = cupy.cuda.Device(device_id)
-        self._device.use()
-        plan = onnx_path.with_name(f"{onnx_path.stem}.gpu{device_id}.plan")
-        options = BuildOptions(input_dims, fp16=fp16, max_batch=max_batch, opt_batch=min(64, max_batch))
-        build_or_reuse(
-            onnx_path,
-            plan,
-            options,
-            builder=PythonBuilder(),
-            device_id=device_id,
-            timing_cache=onnx_path.with_name("timing.cache"),
+def model_file(onnx_path: Path, precision: str) -> Path:
+    """The ONNX file of ``precision``: ``model.onnx`` or its FP16 variant beside it."""
+    if precision == "fp32":
+        return onnx_path
+    fp16 = onnx_path.with_name(onnx_path.name.removesuffix(".onnx") + FP16_SUFFIX)
+    if not fp16.is_file():
+        raise ConfigError(
+            f"{fp16} does not exist; run `make model`, which writes the FP16 variant, or set precision fp32"
         )
-        self._engine = trt.Runtime(trt.Logger(trt.Logger.WARNING)).deserialize_cuda_engine(plan.read_bytes())
-        if self._engine is None:
-            raise RuntimeUnavailable(f"TensorRT could not load {plan}; delete it to rebuild")
-        self._context = self._engine.create_execution_context()
-        names = [self._engine.get_tensor_name(i) for i in range(self._engine.num_io_tensors)]
-        modes = {n: self._engine.get_tensor_mode(n) for n in names}
-        self.input_name = next(n for n in names if modes[n] == trt.TensorIOMode.INPUT)
-        self.output_name = next(n for n in names if modes[n] == trt.TensorIOMode.OUTPUT)
-        self._stream = cupy.cuda.Stream(non_blocking=True)
-
-    def infer(self, batch: Any) -> Any:
-        """Run the engine on ``batch`` (numpy or CuPy); returns a CuPy array."""
-        cp = self._cp
-        with self._device, self._stream:
-            x = cp.ascontiguousarray(cp.asarray(batch, dtype=cp.float32))
-            self._context.set_input_shape(self.input_name, tuple(x.shape))
-            out = cp.empty(tuple(self._context.get_tensor_shape(self.output_name)), dtype=cp.float32)
-            self._context.set_tensor_address(self.input_name, x.data.ptr)
-            self._context.set_tensor_address(self.output_name, out.data.ptr)
-            if not self._context.execute_async_v3(self._stream.ptr):
-                raise RuntimeUnavailable("TensorRT execution failed; see the server log")
-            self._stream.synchronize()
-        return out
+    return fp16
 
 
 def load_runtime(
     onnx_path: Path,
     input_dims: tuple[int, ...],
     *,
-    prefer: str = "auto",
+    options: RuntimeOptions | None = None,
+    prefer: str | None = None,
     device_id: int = 0,
     use_gpu: bool = True,
     max_batch: int = 256,
 ) -> Runtime:
-    """Load the classifier on the best runtime available (``prefer`` narrows the choice).
+    """Load the classifier on the best runtime available for the instance.
 
-    ``input_dims`` is the network input without the batch axis, as the model config declares it.
+    ``input_dims`` is the network input without the batch axis, as the model config declares it;
+    ``options`` come from the config's parameters (``prefer`` overrides ``options.runtime``).
     """
+    options = options or RuntimeOptions.from_parameters({}, max_batch)
+    prefer = prefer or options.runtime
     if prefer not in RUNTIME_CHOICES:
         raise ConfigError(f"runtime must be one of {RUNTIME_CHOICES}, got {prefer!r}")
     if not onnx_path.is_file():
         raise ConfigError(f"{onnx_path} does not exist; run `make model` (scripts/export_classifier.py) to export it")
     if prefer in ("auto", "tensorrt") and use_gpu:
+        from .tensorrt import TensorRTRuntime
+
         try:
-            return TensorRTRuntime(onnx_path, input_dims, device_id, max_batch)
+            return TensorRTRuntime(onnx_path, input_dims, device_id, max_batch, fp16=options.precision == "fp16")
         except RuntimeUnavailable as e:
             if prefer == "tensorrt":
                 raise
             log.info("TensorRT runtime not used: %s", e)
     if prefer == "tensorrt":
         raise RuntimeUnavailable("runtime=tensorrt needs a GPU instance (instance_group kind KIND_GPU)")
+    if use_gpu:
+        ort = import_onnxruntime()
+        if cuda_provider_available(ort):
+            try:
+                return OrtCudaRuntime(
+                    model_file(onnx_path, options.precision),
+                    input_dims,
+                    device_id=device_id,
+                    buckets=options.batch_buckets,
+                    nhwc=options.layout == "nhwc",
+                    cuda_graphs=options.cuda_graphs,
+                    gpu_mem_limit_mb=options.gpu_mem_limit_mb,
+                )
+            except RuntimeUnavailable as e:
+                log.warning("classifier on a GPU instance runs on the CPU: %s", e)
+        else:
+            log.warning(
+                "classifier on a GPU instance runs on the CPU: onnxruntime %s has no CUDA EP; %s",
+                ort.__version__,
+                GPU_INSTALL_HINT,
+            )
     threads = int(os.environ.get("TRITONPREP_ORT_THREADS", "0"))
-    return OnnxRuntime(onnx_path, device_id, use_gpu, threads)
+    return OrtCpuRuntime(onnx_path, threads)

@@ -80,8 +80,31 @@ def _make_decoder(nv: Any, device_id: int, kinds: tuple[Any, ...], options: str,
     return dec
 
 
+class _Stage:
+    """One nvImageCodec decoder object, the path it stands for and the output images it reuses."""
+
+    def __init__(self, path: str, decoder: Any) -> None:
+        self.path, self.decoder = path, decoder
+        self.pool: list[Any] = []
+
+
 class GpuDecoder:
-    """Staged batched nvImageCodec decoding (hardware, then CUDA/hybrid) on one GPU."""
+    """Staged batched nvImageCodec decoding (hardware, then CUDA/hybrid) on one GPU.
+
+    Throughput comes from keeping the hardware engines fed (an H100 has 7 NVJPG engines):
+
+    * ``hw_decoders`` hardware decoder objects decode the JPEGs of a call in that many contiguous
+      chunks at once, each on its own thread (one decoder object cannot overlap its own calls, and
+      one call at a time leaves the engines idle while the host prepares the next);
+    * each decoder gets few host threads (``hw_threads``, ``cuda_threads``): nvImageCodec's default,
+      cores - 1 threads per decoder woken and joined on every call, costs more than it does with
+      several decoders and instances per GPU;
+    * the hardware decoders preallocate nvJPEG's buffers for ``prealloc`` = (width, height, batch)
+      instead of growing them under load.
+
+    All chunks and stages decode onto the caller's CUDA stream (nvImageCodec orders its results on
+    it), so the executor's kernel, launched on the same stream, sees every image.
+    """
 
     def __init__(
         self,
@@ -90,43 +113,64 @@ class GpuDecoder:
         *,
         hw_decoder: bool = True,
         fancy_upsampling: bool = True,
-        cpu_threads: int = 0,
+        hw_decoders: int = 2,
+        hw_threads: int = 1,
+        cuda_threads: int = 2,
         hw_share: float = 1.0,
+        prealloc: tuple[int, int, int] = (1024, 768, 64),
+        min_chunk: int = 8,
     ) -> None:
         nv = import_nvimgcodec()
         self.nv = nv
         self.stream = stream
-        self._pools: dict[int, list[Any]] = {}
+        self.min_chunk = max(1, min_chunk)
         with _KEEP_LOCK:
             _KEEP_ALIVE.append(stream)
-        options = ":fancy_upsampling=1" if fancy_upsampling else ""
-        self.stages: list[tuple[str, Any]] = []
-        wanted = ([("gpu_hw", [nv.BackendKind.HW_GPU_ONLY])] if hw_decoder else []) + [
-            ("gpu_cuda", [nv.BackendKind.GPU_ONLY, nv.BackendKind.HYBRID_CPU_GPU])
-        ]
-        for path, kinds in wanted:
+        common = ":fancy_upsampling=1" if fancy_upsampling else ":fancy_upsampling=0"
+        width, height, batch = prealloc
+        hw_options = (
+            f"{common} nvjpeg_hw_decoder:preallocate_width_hint={width} "
+            f"nvjpeg_hw_decoder:preallocate_height_hint={height} nvjpeg_hw_decoder:preallocate_batch_size={batch}"
+        )
+        self.hw: list[_Stage] = []
+        for _ in range(hw_decoders if hw_decoder else 0):
             try:
-                dec = _make_decoder(nv, device_id, tuple(kinds), options, cpu_threads)
+                self.hw.append(
+                    _Stage(
+                        "gpu_hw", _make_decoder(nv, device_id, (nv.BackendKind.HW_GPU_ONLY,), hw_options, hw_threads)
+                    )
+                )
             except RuntimeError as e:  # e.g. no hardware decoder on this GPU
-                log.info("nvImageCodec %s decoder unavailable on GPU %d: %s", path, device_id, e)
-                continue
-            self.stages.append((path, dec))
-        if not self.stages:
+                log.info("nvImageCodec hardware decoder unavailable on GPU %d: %s", device_id, e)
+                break
+        self.cuda: _Stage | None = None
+        try:
+            kinds = (nv.BackendKind.GPU_ONLY, nv.BackendKind.HYBRID_CPU_GPU)
+            self.cuda = _Stage("gpu_cuda", _make_decoder(nv, device_id, kinds, common, cuda_threads))
+        except RuntimeError as e:
+            log.info("nvImageCodec CUDA decoder unavailable on GPU %d: %s", device_id, e)
+        if not self.hw and self.cuda is None:
             raise RuntimeUnavailable(f"nvImageCodec could not create any GPU decoder on GPU {device_id}")
         self.params = nv.DecodeParams(apply_exif_orientation=True, color_spec=nv.ColorSpec.SRGB, allow_any_depth=False)
-        self.description = "nvImageCodec " + " -> ".join(p for p, _ in self.stages)
-        split = 0.0 < hw_share < 1.0 and len(self.stages) == 2
+        parts = ([f"gpu_hw x{len(self.hw)}"] if self.hw else []) + (["gpu_cuda"] if self.cuda else [])
+        self.description = "nvImageCodec " + " -> ".join(parts)
+        split = 0.0 < hw_share < 1.0 and self.hw and self.cuda is not None
         self._hw_cut = int(hw_share * 1000) if split else None
-        self._side = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tritonprep-nvjpeg") if split else None
         if split:
             self.description += f" (hardware share {hw_share:.2f}, concurrent)"
+        workers = max(0, len(self.hw) - 1) + (1 if split else 0)
+        self._pool = (
+            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tritonprep-nvjpeg") if workers else None
+        )
 
     def close(self) -> None:
-        """Stop the helper thread; the decoders themselves stay alive until the process ends."""
-        if self._side is not None:
-            self._side.shutdown(wait=True)
-        self._pools.clear()
-        self.stages.clear()
+        """Stop the helper threads; the decoders themselves stay alive until the process ends."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+        for stage in [*self.hw, *([self.cuda] if self.cuda else [])]:
+            stage.pool.clear()
+        self.hw.clear()
+        self.cuda = None
 
     def _wrap(self, img: Any, path: str) -> DecodedImage | None:
         if img is None or img.buffer_kind != self.nv.ImageBufferKind.STRIDED_DEVICE:
@@ -141,50 +185,66 @@ class GpuDecoder:
         return DecodedImage(int(cai["data"][0]), int(shape[1]), int(shape[0]), int(pitch), img, path)
 
     def _run_stage(
-        self, stage: int, data: Sequence[bytes], todo: list[int], results: list[DecodedImage | None]
+        self, stage: _Stage, data: Sequence[bytes], todo: list[int], results: list[DecodedImage | None]
     ) -> list[int]:
-        """Decode ``todo`` with one stage; fill ``results``; return what it could not decode.
+        """Decode ``todo`` with one decoder object; fill ``results``; return what it could not decode.
 
         The output images of earlier calls are handed back to nvImageCodec for reuse (their
         device buffers are resized only when too small), so steady traffic stops allocating
         and freeing device memory per image. Safe because the executor synchronizes its
         stream before the next call. Buffers grown past ``_POOL_MAX_BYTES`` are not kept.
         """
-        path, dec = self.stages[stage]
-        pool = self._pools.setdefault(stage, [])
+        if not todo:
+            return []
+        pool = stage.pool
         streams = [self.nv.CodeStream(data[i]) for i in todo]
         if len(pool) >= len(todo):
-            images = dec.decode(streams, images=pool[: len(todo)], params=self.params, cuda_stream=self.stream.ptr)
+            images = stage.decoder.decode(
+                streams, images=pool[: len(todo)], params=self.params, cuda_stream=self.stream.ptr
+            )
         else:
-            images = dec.decode(streams, params=self.params, cuda_stream=self.stream.ptr)
+            images = stage.decoder.decode(streams, params=self.params, cuda_stream=self.stream.ptr)
             pool.extend(img for img in images if img is not None)
             del pool[_POOL_MAX_IMAGES:]
         if any(img is not None and img.capacity > _POOL_MAX_BYTES for img in images):
             pool[:] = [img for img in pool if img.capacity <= _POOL_MAX_BYTES]
         left = []
         for i, img in zip(todo, images):
-            results[i] = self._wrap(img, path)
+            results[i] = self._wrap(img, stage.path)
             if results[i] is None:
                 left.append(i)
         return left
+
+    def _run_hardware(self, data: Sequence[bytes], todo: list[int], results: list[DecodedImage | None]) -> list[int]:
+        """The hardware stage: ``todo`` in up to ``len(self.hw)`` contiguous chunks decoded at once."""
+        k = min(len(self.hw), max(1, len(todo) // self.min_chunk))
+        if k <= 1 or self._pool is None:
+            return self._run_stage(self.hw[0], data, todo, results)
+        size = -(-len(todo) // k)
+        chunks = [todo[j * size : (j + 1) * size] for j in range(k)]
+        futures = [
+            self._pool.submit(self._run_stage, stage, data, chunk, results)
+            for stage, chunk in zip(self.hw[1:], chunks[1:])
+        ]
+        left = self._run_stage(self.hw[0], data, chunks[0], results)
+        for f in futures:
+            left += f.result()
+        return sorted(left)
 
     def decode(self, data: Sequence[bytes]) -> list[DecodedImage | None]:
         """Decode ``data`` on the decoder's stream; ``None`` where no GPU stage produced 8-bit RGB."""
         results: list[DecodedImage | None] = [None] * len(data)
         todo = list(range(len(data)))
-        if self._hw_cut is not None and self._side is not None and len(todo) > 1:
+        side = None
+        if self._hw_cut is not None and self._pool is not None and len(todo) > 1:
             to_hw = {i: zlib.crc32(data[i][-256:]) % 1000 < self._hw_cut for i in todo}
-            hw = [i for i in todo if to_hw[i]]
             cuda = [i for i in todo if not to_hw[i]]
-            side = self._side.submit(self._run_stage, 1, data, cuda, results) if cuda else None
-            rest = self._run_stage(0, data, hw, results) if hw else []
-            if side is not None:
-                side.result()  # what the CUDA stage could not decode stays None: Pillow takes it
-            if rest:  # the hardware decoder's leftovers (progressive, odd subsampling) go to CUDA
-                self._run_stage(1, data, rest, results)
-            return results
-        for stage in range(len(self.stages)):
-            if not todo:
-                break
-            todo = self._run_stage(stage, data, todo, results)
+            todo = [i for i in todo if to_hw[i]]
+            side = self._pool.submit(self._run_stage, self.cuda, data, cuda, results) if cuda else None
+        if self.hw:
+            todo = self._run_hardware(data, todo, results)
+        if side is not None:
+            side.result()  # what the CUDA stage could not decode stays None: Pillow takes it
+        if todo and self.cuda is not None:  # the hardware decoders' leftovers (progressive, odd subsampling)
+            self._run_stage(self.cuda, data, todo, results)
         return results

@@ -101,7 +101,11 @@ class GpuExecutor:
                     self.stream,
                     hw_decoder=spec.hw_decoder,
                     fancy_upsampling=spec.fancy_upsampling,
+                    hw_decoders=spec.hw_decoders,
+                    hw_threads=spec.hw_decoder_threads,
+                    cuda_threads=spec.cuda_decoder_threads,
                     hw_share=spec.hw_decoder_share,
+                    prealloc=(spec.hw_prealloc_width, spec.hw_prealloc_height, spec.hw_prealloc_batch),
                 )
             except RuntimeUnavailable as e:
                 log.warning("GPU %d: %s; decoding with Pillow, preprocessing on the GPU", device_id, e)

@@ -27,7 +27,11 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--http-port", type=int, default=8000)
     p.add_argument("--grpc-port", type=int, default=8001)
     p.add_argument("--metrics-port", type=int, default=8002)
-    p.add_argument("--model-config-name", help="use <model>/configs/<NAME>.pbtxt where present")
+    p.add_argument(
+        "--model-config-name",
+        help="use <model>/configs/<NAME>.pbtxt where present (default: gpu where a GPU is visible, which gives "
+        "preprocess its GPU instances and batching; else each model's config.pbtxt)",
+    )
     p.add_argument("--cuda-memory-pool-mb", type=int, default=512, help="per GPU (default: %(default)s)")
     p.add_argument("--log-verbose", type=int, default=0)
     p.add_argument("--log-file", type=Path, help="write Triton's log here instead of the terminal")

@@ -41,6 +41,8 @@ from .probes import fetch_metrics, in_flight
 log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
+#: the configuration name the launcher selects where it sees a GPU (``<model>/configs/gpu.pbtxt``)
+GPU_CONFIG_NAME = "gpu"
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
@@ -105,10 +107,14 @@ class EmbeddedServer:
             "--backend-config",
             "python,shm-growth-byte-size=67108864",
         ]
-        for gpu in range(gpu_count()):
+        gpus = gpu_count()
+        for gpu in range(gpus):
             cmd += ["--cuda-memory-pool-byte-size", f"{gpu}:{o.cuda_memory_pool_mb << 20}"]
-        if o.model_config_name:
-            cmd += ["--model-config-name", o.model_config_name]
+        config_name = o.model_config_name
+        if config_name is None and gpus:
+            config_name = GPU_CONFIG_NAME  # models with configs/gpu.pbtxt take their GPU configuration
+        if config_name:
+            cmd += ["--model-config-name", config_name]
         if o.restricted_apis:
             restriction = f"{','.join(o.restricted_apis)}:{o.admin_header}={self.admin_key}"
             cmd += [f"--http-restricted-api={restriction}", f"--grpc-restricted-protocol={restriction}"]

@@ -1,8 +1,9 @@
 """Triton Python-backend model `classifier` (embedded mode): EfficientNet-Lite0 on the best runtime.
 
-Runs `model.onnx` from this version folder on TensorRT, ONNX Runtime GPU or ONNX Runtime
-CPU (tritonprep.classifier.runtimes). The container mode serves the same network with Triton's
-`tensorrt_plan` backend instead (configs/tensorrt.pbtxt).
+Runs `model.onnx` (or its FP16 variant `model.fp16.onnx`) from this version folder on TensorRT,
+ONNX Runtime's CUDA EP (a session per batch bucket, CUDA graphs) or ONNX Runtime on the CPU
+(tritonprep.classifier.runtimes, which documents the config parameters). The container mode serves
+the same network with Triton's `tensorrt_plan` backend instead (configs/tensorrt.pbtxt).
 """
 
 import logging
@@ -10,11 +11,11 @@ from pathlib import Path
 
 import triton_python_backend_utils as pb_utils
 
-from tritonprep.classifier.runtimes import load_runtime
+from tritonprep.classifier.runtimes import RuntimeOptions, load_runtime
 from tritonprep.errors import PreprocessError
 from tritonprep.triton.pb import model_config, parameters
 from tritonprep.triton.responses import batched_responses
-from tritonprep.triton.tensors import concat, input_array, output_tensor, placement
+from tritonprep.triton.tensors import input_array, output_tensor, placement
 
 log = logging.getLogger("tritonprep.classifier")
 
@@ -22,15 +23,15 @@ log = logging.getLogger("tritonprep.classifier")
 class TritonPythonModel:
     def initialize(self, args):
         config = model_config(args)
-        onnx_path = Path(args["model_repository"]) / args["model_version"] / "model.onnx"
+        max_batch = int(config["max_batch_size"])
         try:
             self.runtime = load_runtime(
-                onnx_path,
+                Path(args["model_repository"]) / args["model_version"] / "model.onnx",
                 tuple(int(d) for d in config["input"][0]["dims"]),
-                prefer=parameters(config).get("runtime", "auto"),
+                options=RuntimeOptions.from_parameters(parameters(config), max_batch),
                 device_id=int(args["model_instance_device_id"]),
                 use_gpu=args["model_instance_kind"] == "GPU",
-                max_batch=int(config["max_batch_size"]),
+                max_batch=max_batch,
             )
         except PreprocessError as e:
             raise pb_utils.TritonModelException(f"classifier: {e}") from e
@@ -43,12 +44,12 @@ class TritonPythonModel:
     def read(self, request):
         x = input_array(request, "input")
         if not self.placement_logged:
-            log.info("classifier: first batch input on the %s", placement(x))
+            log.info("classifier: first batch input on the %s, runtime %s", placement(x), self.runtime.name)
             self.placement_logged = True
         return x
 
     def run(self, inputs):
-        return (self.runtime.infer(concat(inputs)),)
+        return (self.runtime.infer_many(inputs),)
 
     def respond(self, outputs):
         return [output_tensor("logits", outputs[0])]

@@ -1,0 +1,72 @@
+"""A TensorRT engine built from the classifier's ONNX (cached beside it), run on CuPy buffers.
+
+Used in the embedded mode where the ``tensorrt`` Python package is installed; the container serves
+the same network with Triton's own ``tensorrt_plan`` backend instead (``configs/tensorrt.pbtxt``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import RuntimeUnavailable
+from .engines import BuildOptions, PythonBuilder, build_or_reuse, import_tensorrt
+
+
+class TensorRTRuntime:
+    """A TensorRT engine built from the ONNX file (cached beside it), run on CuPy buffers."""
+
+    name = "tensorrt"
+    on_gpu = True
+
+    def __init__(
+        self, onnx_path: Path, input_dims: tuple[int, ...], device_id: int = 0, max_batch: int = 256, fp16: bool = True
+    ) -> None:
+        trt = import_tensorrt()
+        try:
+            import cupy
+        except ImportError as e:
+            raise RuntimeUnavailable(f"CuPy is needed to run TensorRT engines: {e}") from None
+        self._cp = cupy
+        self._device = cupy.cuda.Device(device_id)
+        self._device.use()
+        plan = onnx_path.with_name(f"{onnx_path.stem}.gpu{device_id}.plan")
+        options = BuildOptions(input_dims, fp16=fp16, max_batch=max_batch, opt_batch=min(64, max_batch))
+        build_or_reuse(
+            onnx_path,
+            plan,
+            options,
+            builder=PythonBuilder(),
+            device_id=device_id,
+            timing_cache=onnx_path.with_name("timing.cache"),
+        )
+        self._engine = trt.Runtime(trt.Logger(trt.Logger.WARNING)).deserialize_cuda_engine(plan.read_bytes())
+        if self._engine is None:
+            raise RuntimeUnavailable(f"TensorRT could not load {plan}; delete it to rebuild")
+        self._context = self._engine.create_execution_context()
+        names = [self._engine.get_tensor_name(i) for i in range(self._engine.num_io_tensors)]
+        modes = {n: self._engine.get_tensor_mode(n) for n in names}
+        self.input_name = next(n for n in names if modes[n] == trt.TensorIOMode.INPUT)
+        self.output_name = next(n for n in names if modes[n] == trt.TensorIOMode.OUTPUT)
+        self._stream = cupy.cuda.Stream(non_blocking=True)
+
+    def infer(self, batch: Any) -> Any:
+        """Run the engine on ``batch`` (numpy or CuPy); returns a CuPy array."""
+        cp = self._cp
+        with self._device, self._stream:
+            x = cp.ascontiguousarray(cp.asarray(batch, dtype=cp.float32))
+            self._context.set_input_shape(self.input_name, tuple(x.shape))
+            out = cp.empty(tuple(self._context.get_tensor_shape(self.output_name)), dtype=cp.float32)
+            self._context.set_tensor_address(self.input_name, x.data.ptr)
+            self._context.set_tensor_address(self.output_name, out.data.ptr)
+            if not self._context.execute_async_v3(self._stream.ptr):
+                raise RuntimeUnavailable("TensorRT execution failed; see the server log")
+            self._stream.synchronize()
+        return out
+
+    def infer_many(self, parts: Sequence[Any]) -> Any:
+        """Logits of the concatenated ``parts`` (numpy or CuPy)."""
+        cp = self._cp
+        with self._device:
+            return self.infer(parts[0] if len(parts) == 1 else cp.concatenate([cp.asarray(p) for p in parts]))

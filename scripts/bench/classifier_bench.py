@@ -1,0 +1,155 @@
+"""The classifier alone, in one process, and the pipelines a user could build instead.
+
+    python -m scripts.bench.classifier_bench ort  --out ort.json     # ONNX Runtime CUDA EP variants
+    python -m scripts.bench.classifier_bench dali --out dali.json --images DIR   # DALI -> the same ORT runtime
+
+``ort`` runs tritonprep's :class:`~tritonprep.classifier.ort_cuda.OrtCudaRuntime` in each configuration
+(FP32/FP16, NCHW/NHWC, with and without CUDA graphs) at batch 1, 8, 64 and 256 with the input
+already on the GPU: latency (median of repeated calls, each synchronized) and images/s. ``dali`` is
+the pipeline a user would hand-roll: DALI's mixed decode + resize + crop + normalize (its best
+decoder split) feeding the same runtime in one process. The network ceiling in PyTorch is
+``scripts/bench/torch_ceiling.py`` (it needs the GPU machine's own torch). One JSON row per line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger("classifier_bench")
+
+ONNX = Path(__file__).resolve().parents[2] / "model_repository" / "classifier" / "1" / "model.onnx"
+DIMS = (3, 224, 224)
+BATCHES = (1, 8, 64, 256)
+#: (label, precision, nhwc, cuda_graphs)
+VARIANTS = [
+    ("FP32 NCHW", "fp32", False, False),
+    ("FP32 NCHW, CUDA graphs", "fp32", False, True),
+    ("FP16 NHWC", "fp16", True, False),
+    ("FP16 NHWC, CUDA graphs", "fp16", True, True),
+]
+
+
+def timed(fn: Any, seconds: float, min_reps: int = 20) -> list[float]:
+    """Wall-clock seconds of repeated ``fn()`` calls (each synchronizes) after a warm-up."""
+    for _ in range(3):
+        fn()
+    times: list[float] = []
+    t_end = time.perf_counter() + seconds
+    while time.perf_counter() < t_end or len(times) < min_reps:
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def ort_rows(seconds: float) -> list[dict[str, Any]]:
+    import cupy as cp
+
+    from tritonprep.classifier.ort_cuda import OrtCudaRuntime
+    from tritonprep.classifier.runtimes import model_file
+
+    rows = []
+    rng = np.random.default_rng(0)
+    for label, precision, nhwc, graphs in VARIANTS:
+        t0 = time.perf_counter()
+        rt = OrtCudaRuntime(model_file(ONNX, precision), DIMS, buckets=BATCHES, nhwc=nhwc, cuda_graphs=graphs)
+        load_s = time.perf_counter() - t0
+        for b in BATCHES:
+            x = cp.asarray(rng.standard_normal((b, *DIMS), dtype=np.float32))
+            times = timed(lambda x=x, rt=rt: rt.infer(x), seconds)
+            med = statistics.median(times)
+            rows.append(
+                {
+                    "kind": "classifier",
+                    "config": f"onnxruntime-gpu CUDA EP, {label}",
+                    "batch": b,
+                    "latency_ms": round(med * 1e3, 3),
+                    "images_per_s": round(b / med),
+                    "load_s": round(load_s, 1),
+                }
+            )
+            log.info("%-40s b%-4d %7.3f ms  %8.0f img/s", label, b, med * 1e3, b / med)
+        del rt
+    return rows
+
+
+def dali_rows(folder: Path, seconds: float) -> list[dict[str, Any]]:
+    """DALI decode + resize(shorter 256, antialias) + crop 224 + normalize -> OrtCudaRuntime, one process."""
+    import nvidia.dali
+    from nvidia.dali import fn, pipeline_def, types
+
+    from tritonprep.classifier.ort_cuda import OrtCudaRuntime
+    from tritonprep.classifier.runtimes import model_file
+
+    jpegs = [np.frombuffer(p.read_bytes(), dtype=np.uint8) for p in sorted(folder.glob("*.jpg"))]
+    rows = []
+    for batch, hw_load in ((64, 0.9), (128, 0.9), (128, 0.65)):
+        state = {"i": 0}
+
+        def source(batch: int = batch, state: dict[str, int] = state) -> list[np.ndarray]:
+            i = state["i"]
+            state["i"] = (i + batch) % len(jpegs)
+            return [jpegs[(i + k) % len(jpegs)] for k in range(batch)]
+
+        @pipeline_def(batch_size=batch, num_threads=4, device_id=0, prefetch_queue_depth=2)
+        def pipe(hw_load: float = hw_load) -> Any:
+            data = fn.external_source(source=source, batch=True, dtype=types.UINT8)
+            images = fn.decoders.image(data, device="mixed", output_type=types.RGB, hw_decoder_load=hw_load)
+            images = fn.resize(images, resize_shorter=256, antialias=True, interp_type=types.INTERP_LINEAR)
+            return fn.crop_mirror_normalize(
+                images, crop=(224, 224), mean=[127.0] * 3, std=[128.0] * 3, dtype=types.FLOAT, output_layout="CHW"
+            )
+
+        p = pipe()
+        p.build()
+        rt = OrtCudaRuntime(model_file(ONNX, "fp16"), DIMS, buckets=(batch,), nhwc=True, cuda_graphs=True)
+
+        def step(p: Any = p, rt: Any = rt, batch: int = batch) -> None:
+            (out,) = p.run()
+            rt.infer_into(
+                batch,
+                lambda buf, stream: out.as_tensor().copy_to_external(
+                    buf.data.ptr, cuda_stream=stream.ptr, non_blocking=True
+                ),
+            )
+
+        times = timed(step, seconds, min_reps=10)
+        rate = batch * len(times) / sum(times)
+        rows.append(
+            {
+                "kind": "dali+ort",
+                "config": f"DALI {nvidia.dali.__version__} (batch {batch}, 4 threads, "
+                f"hw_decoder_load {hw_load}) -> onnxruntime-gpu FP16 NHWC graphs, one process",
+                "batch": batch,
+                "images_per_s": round(rate),
+            }
+        )
+        log.info("DALI+ORT batch %d hw %.2f: %.0f img/s", batch, hw_load, rate)
+        del p, rt
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("what", choices=["ort", "dali"])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--images", type=Path, help="dali: folder of JPEGs")
+    parser.add_argument("--seconds", type=float, default=1.0)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    rows = ort_rows(args.seconds) if args.what == "ort" else dali_rows(args.images, args.seconds)
+    args.out.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

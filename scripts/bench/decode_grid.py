@@ -1,0 +1,233 @@
+"""Where the GPU decode's throughput goes: nvImageCodec settings measured side by side on one GPU.
+
+Each row decodes the same 500x375 q90 JPEGs in a loop for ``--seconds`` and reports images/s:
+
+* ``ceiling``: N raw hardware decoders on N threads, batch 128 (what the engines can do);
+* ``decoder``: tritonprep's :class:`~tritonprep.decode.nvimgcodec.GpuDecoder` with one setting changed at
+  a time (decoder objects, host threads per decoder, preallocation, fancy upsampling, batch per call);
+* ``processes``: P processes at once, each with its own decoder, as P Triton instances would run;
+* ``executor``: the whole GPU executor (checks, decode, kernel, sync) and where its host time goes.
+
+    python -m scripts.bench.decode_grid --out grid.json [--seconds 1.5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import multiprocessing as mp
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("decode_grid")
+
+#: (label, GpuDecoder keyword arguments); the first is the decoder as shipped before this work
+SETTINGS: list[tuple[str, dict[str, Any]]] = [
+    (
+        "old: 1 hw decoder, default threads, no prealloc",
+        {"hw_decoders": 1, "hw_threads": 0, "cuda_threads": 0, "prealloc": (1, 1, 1)},
+    ),
+    ("1 hw decoder, 1 thread", {"hw_decoders": 1, "hw_threads": 1, "prealloc": (1, 1, 1)}),
+    ("1 hw decoder, 1 thread, prealloc", {"hw_decoders": 1, "hw_threads": 1}),
+    ("2 hw decoders, 1 thread, prealloc", {"hw_decoders": 2, "hw_threads": 1}),
+    ("3 hw decoders, 1 thread, prealloc", {"hw_decoders": 3, "hw_threads": 1}),
+    ("2 hw decoders, 2 threads, prealloc", {"hw_decoders": 2, "hw_threads": 2}),
+    (
+        "2 hw decoders, 1 thread, prealloc, no fancy upsampling",
+        {"hw_decoders": 2, "hw_threads": 1, "fancy_upsampling": False},
+    ),
+    ("2 hw decoders, 1 thread, prealloc, hw share 0.85", {"hw_decoders": 2, "hw_threads": 1, "hw_share": 0.85}),
+]
+
+
+def _images(count: int = 256) -> list[bytes]:
+    from tritonprep_testkit.photos import make_jpegs
+
+    return make_jpegs(500, 375, count, seed=42)
+
+
+def _loop(decode: Any, sync: Any, batches: list[list[bytes]], seconds: float) -> float:
+    """images/s of ``decode(batch); sync()`` cycling through ``batches`` for ``seconds``."""
+    decode(batches[0])
+    sync()
+    n, k, t0 = 0, 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        batch = batches[k % len(batches)]
+        decode(batch)
+        sync()
+        n += len(batch)
+        k += 1
+    return n / (time.perf_counter() - t0)
+
+
+def _batches(images: list[bytes], size: int) -> list[list[bytes]]:
+    return [images[i : i + size] for i in range(0, len(images) - size + 1, size)] or [images[:size]]
+
+
+def ceiling(decoders: int, seconds: float, batch: int = 128) -> float:
+    """N raw nvImageCodec hardware decoders, each on its own thread and stream."""
+    import cupy as cp
+    from nvidia import nvimgcodec as nv
+
+    params = nv.DecodeParams(apply_exif_orientation=True, color_spec=nv.ColorSpec.SRGB)
+    images = _images()
+    workers = []
+    for _ in range(decoders):
+        stream = cp.cuda.Stream(non_blocking=True)
+        dec = nv.Decoder(device_id=0, max_num_cpu_threads=1, backends=[nv.Backend(nv.BackendKind.HW_GPU_ONLY)])
+        workers.append((dec, stream))
+    batches = _batches(images, batch)
+    rates = [0.0] * decoders
+
+    def work(k: int) -> None:
+        dec, stream = workers[k]
+        rates[k] = _loop(
+            lambda b: dec.decode([nv.CodeStream(x) for x in b], params=params, cuda_stream=stream.ptr),
+            stream.synchronize,
+            batches,
+            seconds,
+        )
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(decoders)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(rates)
+
+
+def decoder_rates(kwargs: dict[str, Any], batches: tuple[int, ...], seconds: float) -> list[float]:
+    """tritonprep's GpuDecoder with ``kwargs`` at each per-call batch size (one decoder set for all)."""
+    import cupy as cp
+
+    from tritonprep.decode.nvimgcodec import GpuDecoder
+
+    images = _images()
+    stream = cp.cuda.Stream(non_blocking=True)
+    dec = GpuDecoder(0, stream, **kwargs)
+    try:
+        return [_loop(dec.decode, stream.synchronize, _batches(images, b), seconds) for b in batches]
+    finally:
+        dec.close()
+
+
+def _child(fn: Any, args: tuple[Any, ...], out: Any) -> None:
+    out.put(fn(*args))
+
+
+def isolated(fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` in a fresh process: every setting gets its own few decoders (many in one process crashed)."""
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    p = ctx.Process(target=_child, args=(fn, args, out))
+    p.start()
+    try:
+        return out.get(timeout=300)
+    finally:
+        p.join(30)
+
+
+def _process_worker(kwargs: dict[str, Any], batch: int, seconds: float, start: Any, out: Any) -> None:
+    images = _images(128)
+    import cupy as cp
+
+    from tritonprep.decode.nvimgcodec import GpuDecoder
+
+    stream = cp.cuda.Stream(non_blocking=True)
+    dec = GpuDecoder(0, stream, **kwargs)
+    dec.decode(images[:batch])
+    stream.synchronize()
+    start.wait()
+    out.put(_loop(dec.decode, stream.synchronize, _batches(images, batch), seconds))
+
+
+def processes_rate(kwargs: dict[str, Any], procs: int, batch: int, seconds: float) -> float:
+    """``procs`` processes decoding at once (as that many Triton instances would); summed images/s."""
+    ctx = mp.get_context("spawn")
+    start, out = ctx.Barrier(procs), ctx.Queue()
+    ps = [ctx.Process(target=_process_worker, args=(kwargs, batch, seconds, start, out)) for _ in range(procs)]
+    for p in ps:
+        p.start()
+    rates = [out.get(timeout=120) for _ in ps]
+    for p in ps:
+        p.join(30)
+    return sum(rates)
+
+
+def executor_profile(batch: int, seconds: float) -> dict[str, float]:
+    """The GPU executor end to end at ``batch``, and the host time of its parts per image."""
+    from tritonprep.decode import validate
+    from tritonprep.executors.gpu import GpuExecutor
+    from tritonprep.geometry import plan_resize
+    from tritonprep.spec import PreprocessSpec
+
+    images = _images()
+    spec = PreprocessSpec()
+    with GpuExecutor(spec, 0) as ex:
+        rate = _loop(ex.run, lambda: None, _batches(images, batch), seconds)
+        t0 = time.perf_counter()
+        for data in images:
+            validate(data, spec.limits)
+        check_us = (time.perf_counter() - t0) / len(images) * 1e6
+        t0 = time.perf_counter()
+        for _ in range(len(images)):
+            plan_resize(spec, 500, 375)
+        plan_us = (time.perf_counter() - t0) / len(images) * 1e6
+        timings: dict[str, float] = {}
+        for _ in range(20):
+            for k, v in ex.run(images[:batch]).timings.items():
+                timings[k] = timings.get(k, 0.0) + v / 20
+    return {
+        "images_per_s": rate,
+        "check_us_per_image": check_us,
+        "plan_us_per_image": plan_us,
+        **{f"{k}_ms": v * 1e3 for k, v in timings.items()},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="JSON rows")
+    parser.add_argument("--seconds", type=float, default=1.5)
+    parser.add_argument("--skip", default="", help="comma list of: ceiling,decoder,processes,executor")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    skip = set(filter(None, args.skip.split(",")))
+    rows: list[dict[str, Any]] = []
+
+    def add(kind: str, label: str, batch: int, rate: float, **extra: Any) -> None:
+        rows.append({"kind": kind, "setting": label, "batch": batch, "images_per_s": round(rate), **extra})
+        log.info("%-10s %-60s batch %3d: %8.0f img/s %s", kind, label, batch, rate, extra or "")
+        args.out.write_text(json.dumps(rows, indent=1))
+
+    if "ceiling" not in skip:
+        for n in (1, 3, 6):
+            add("ceiling", f"{n} raw hardware decoder(s) on threads", 128, isolated(ceiling, n, args.seconds))
+    if "decoder" not in skip:
+        batches = (16, 64, 128)
+        for label, kwargs in SETTINGS:
+            for batch, rate in zip(batches, isolated(decoder_rates, kwargs, batches, args.seconds)):
+                add("decoder", label, batch, rate)
+    if "processes" not in skip:
+        for label, kwargs in (SETTINGS[0], SETTINGS[1], SETTINGS[3]):
+            for procs, batch in ((4, 16), (4, 32), (6, 16)):
+                add(
+                    "processes",
+                    f"{procs} processes x ({label})",
+                    batch,
+                    processes_rate(kwargs, procs, batch, args.seconds),
+                )
+    if "executor" not in skip:
+        for batch in (8, 16, 64):
+            prof = isolated(executor_profile, batch, args.seconds)
+            add("executor", "GpuExecutor.run (shipped spec)", batch, prof.pop("images_per_s"), **prof)
+    sys.stdout.write(json.dumps(rows) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

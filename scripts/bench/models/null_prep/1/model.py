@@ -1,0 +1,35 @@
+"""Benchmark ceiling: BYTES in, an uninitialised GPU tensor per request out, nothing in between.
+
+The same request handling as the preprocess model (read the BYTES input, one output tensor per
+request through DLPack, one stream synchronization per execute) without decoding or a kernel:
+what Triton's Python backend costs on its own.
+"""
+
+import cupy
+
+from tritonprep.triton.pb import model_config
+from tritonprep.triton.responses import batched_responses
+from tritonprep.triton.tensors import bytes_input, output_tensor
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        model_config(args)
+        self.device = cupy.cuda.Device(int(args["model_instance_device_id"]))
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+
+    def execute(self, requests):
+        return batched_responses(requests, self.read, self.run, self.respond, what="null_prep")
+
+    def read(self, request):
+        return bytes_input(request, "IMAGE")
+
+    def run(self, inputs):
+        n = sum(len(x) for x in inputs)
+        with self.device, self.stream:
+            out = cupy.empty((-(-max(n, 1) // 16) * 16, 3, 224, 224), dtype=cupy.float32)[:n]
+        self.stream.synchronize()
+        return (out,)
+
+    def respond(self, outputs):
+        return [output_tensor("PIXELS", outputs[0])]

@@ -1,0 +1,100 @@
+"""The classifier on ONNX Runtime's CUDA EP: buckets, padding, parity with the CPU, inputs where they live."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tritonprep.classifier.postprocess import softmax
+from tritonprep_testkit.servers import ONNX
+
+DIMS = (3, 224, 224)
+
+
+@pytest.fixture(scope="module")
+def ort_gpu(cp):
+    ort = pytest.importorskip("onnxruntime")
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        pytest.skip("this onnxruntime build has no CUDA EP (install tritonprep[gpu-cu13])")
+    if not ONNX.is_file():
+        pytest.fail(f"{ONNX} is missing: run `make model`")
+    return ort
+
+
+@pytest.fixture(scope="module")
+def batch(photos):
+    """The test photos preprocessed by the CPU executor, as the classifier receives them."""
+    from tritonprep.executors.cpu import CpuExecutor
+    from tritonprep.spec import PreprocessSpec
+    from tritonprep_testkit.photos import encode
+
+    images = [encode(a, "JPEG", quality=90) for a in photos.values()]
+    return CpuExecutor(PreprocessSpec()).run(images).output
+
+
+@pytest.fixture(scope="module")
+def cpu_probs(batch):
+    from tritonprep.classifier.runtimes import OrtCpuRuntime
+
+    return softmax(OrtCpuRuntime(ONNX).infer(batch))
+
+
+@pytest.fixture(scope="module", params=["fp32-nchw", "fp16-nhwc-graphs"])
+def runtime(request, ort_gpu):
+    from tritonprep.classifier.ort_cuda import OrtCudaRuntime
+    from tritonprep.classifier.runtimes import model_file
+
+    precision, layout = request.param.split("-")[:2]
+    rt = OrtCudaRuntime(
+        model_file(ONNX, precision),
+        DIMS,
+        device_id=0,
+        buckets=(1, 2, 4, 8, 16),
+        nhwc=layout == "nhwc",
+        cuda_graphs=request.param.endswith("graphs"),
+    )
+    return rt
+
+
+def test_gpu_classifier_matches_the_cpu_provider(cp, runtime, batch, cpu_probs):
+    got = runtime.infer(cp.asarray(batch))
+    assert isinstance(got, cp.ndarray) and got.shape == (len(batch), 1000)
+    probs = softmax(got.get())
+    assert (probs.argmax(axis=1) == cpu_probs.argmax(axis=1)).all()
+    assert np.abs(probs - cpu_probs).max() <= 0.01
+
+
+def test_padding_to_the_bucket_does_not_change_the_rows(cp, runtime, batch):
+    """3 images run in the 4-bucket (one padded row), 4 in the 4-bucket, 1 in the 1-bucket: same rows."""
+    x = cp.asarray(batch)
+    three = runtime.infer(x[:3]).get()
+    four = runtime.infer(x[:4]).get()
+    one = runtime.infer(x[:1]).get()
+    assert runtime.bucket_for(3) == 4 and runtime.bucket_for(1) == 1 and runtime.bucket_for(5) == 8
+    np.testing.assert_allclose(three, four[:3], rtol=0, atol=1e-3)
+    # another bucket may choose other kernels: equal within the parity bound
+    np.testing.assert_allclose(softmax(one), softmax(four[:1]), rtol=0, atol=0.01)
+
+
+def test_parts_are_copied_in_where_they_live(cp, runtime, batch):
+    """Requests arrive as separate tensors (GPU or host): no concatenation needed, same answers."""
+    x = cp.asarray(batch)
+    whole = runtime.infer(x).get()
+    parts = runtime.infer_many([x[:1], batch[1:3], x[3:]]).get()
+    np.testing.assert_allclose(parts, whole, rtol=0, atol=1e-3)
+    assert runtime.infer_many([]).shape == (0, 1000)
+
+
+def test_a_batch_beyond_the_largest_bucket_runs_in_chunks(cp, runtime, batch):
+    x = cp.asarray(np.concatenate([batch] * 5))  # 20 images, largest bucket 16
+    got = runtime.infer(x).get()
+    single = runtime.infer(cp.asarray(batch)).get()
+    np.testing.assert_allclose(got[16:20], single, rtol=0, atol=1e-3)
+
+
+def test_load_runtime_picks_the_cuda_runtime_on_a_gpu_instance(ort_gpu):
+    from tritonprep.classifier.runtimes import RuntimeOptions, load_runtime
+
+    options = RuntimeOptions.from_parameters({"runtime": "onnxruntime", "batch_buckets": "1,2,4"}, 4)
+    rt = load_runtime(ONNX, DIMS, options=options, device_id=0, use_gpu=True, max_batch=4)
+    assert rt.on_gpu and rt.name.startswith("onnxruntime-cuda")
