@@ -133,25 +133,13 @@ class OrtCudaRuntime:
         if gpu_mem_limit_mb:
             provider["gpu_mem_limit"] = str(gpu_mem_limit_mb << 20)
         self._buckets: list[_Bucket] = []
+        self.strict = True  # every node on the GPU (no CPU fallback anywhere)
         with self.device:
             for size in buckets:
-                options = ort.SessionOptions()
-                options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-                options.add_free_dimension_override_by_name(dim_name, size)
-                # fail loudly instead of running on the CPU: a missing CUDA library or a node the GPU cannot take
-                options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
-                options.log_severity_level = 3
-                try:
-                    session = ort.InferenceSession(
-                        str(onnx_path), options, providers=[("CUDAExecutionProvider", provider)]
-                    )
-                except Exception as e:  # noqa: BLE001 - ORT raises its own Fail/RuntimeException types
-                    detail = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-                    raise RuntimeUnavailable(
-                        f"ONNX Runtime could not create a CUDA session ({detail}){'; ' + report if report else ''}; "
-                        f"{GPU_INSTALL_HINT}"
-                    ) from None
+                session = self._session(ort, onnx_path, dim_name, size, provider, report)
                 self._buckets.append(self._bind(ort, session, size, device_id))
+        if not self.strict:
+            self.name += "+cpu-nodes"
         self.input_name = self._buckets[0].session.get_inputs()[0].name
         self._warm_thread = threading.get_ident()
         self._warned_thread = False
@@ -161,6 +149,42 @@ class OrtCudaRuntime:
             device_id,
             self.name,
             ",".join(map(str, buckets)),
+        )
+
+    def _session(
+        self, ort: Any, onnx_path: Path, dim_name: str, size: int, provider: dict[str, str], report: str
+    ) -> Any:
+        """The session of one bucket: every node on the GPU if ORT can place it so, else (logged) some on the CPU."""
+        errors = []
+        while True:
+            options = ort.SessionOptions()
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            options.add_free_dimension_override_by_name(dim_name, size)
+            options.log_severity_level = 3
+            if self.strict:  # fail instead of running on the CPU: a missing CUDA library or a node the GPU cannot take
+                options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+            try:
+                return ort.InferenceSession(
+                    str(onnx_path), options, providers=[("CUDAExecutionProvider", provider), "CPUExecutionProvider"]
+                )
+            except Exception as e:  # noqa: BLE001 - ORT raises its own Fail/RuntimeException types
+                text = str(e).strip()
+                errors.append(f"{type(e).__name__}: {text.splitlines()[0] if text else ''}")
+                if self.strict and "fallback to CPU EP has been explicitly disabled" in text:
+                    log.warning(
+                        "bucket %d: some nodes cannot run on the GPU; they run on the CPU (%s)", size, errors[-1]
+                    )
+                    self.strict = False
+                elif self.cuda_graphs and "graph capture" in text.lower():
+                    log.warning("bucket %d: ONNX Runtime refuses CUDA graphs for this model (%s)", size, errors[-1])
+                    self.cuda_graphs = False
+                    provider["enable_cuda_graph"] = "0"
+                    self.name = self.name.replace("+graphs", "")
+                else:
+                    break
+        raise RuntimeUnavailable(
+            f"ONNX Runtime could not create a CUDA session ({'; '.join(errors)}){'; ' + report if report else ''}; "
+            f"{GPU_INSTALL_HINT}"
         )
 
     def _bind(self, ort: Any, session: Any, size: int, device_id: int) -> _Bucket:
