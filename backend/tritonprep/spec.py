@@ -157,7 +157,7 @@ PARAMETERS: tuple[Parameter, ...] = (
         "hw_decoders",
         "hw_decoders",
         _int,
-        "2",
+        "1",
         "hardware decoder objects per instance; a call's JPEGs are split among them and decoded at once",
     ),
     Parameter("hw_decoder_threads", "hw_decoder_threads", _int, "1", "host threads of each hardware decoder"),
@@ -236,7 +236,7 @@ class PreprocessSpec:
     gpu_decoder: str = "nvimgcodec"
     hw_decoder: bool = True
     hw_decoder_share: float = 1.0
-    hw_decoders: int = 2
+    hw_decoders: int = 1
     hw_decoder_threads: int = 1
     cuda_decoder_threads: int = 2
     hw_prealloc_width: int = 1024

@@ -183,6 +183,34 @@ def urls(server: Any) -> dict[str, str]:
     return {"grpc": server.options.grpc_url, "http": f"{server.options.host}:{server.options.http_port}"}
 
 
+def gpu_memory_by_process() -> dict[str, int]:
+    """GPU memory (MiB) each process holds, named by model for Triton's Python stubs (nvidia-smi)."""
+    out = subprocess.run(
+        ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    usage: dict[str, int] = {}
+    for line in out.splitlines():
+        try:
+            pid, mib = (int(v) for v in line.split(","))
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except (ValueError, OSError):
+            continue
+        name = Path(argv[0].decode()).name
+        if name == "triton_python_backend_stub" and len(argv) > 8:
+            name = argv[8].decode()  # the instance name, e.g. preprocess_0_1
+        usage[f"{name} (pid {pid})"] = mib
+    return usage
+
+
+def profile_lines(log_path: Path, last: int = 12) -> list[str]:
+    """The per-execute phase timings the instances logged (TRITONPREP_PROFILE=1), newest last."""
+    text = log_path.read_text(errors="replace") if log_path.is_file() else ""
+    return [ln.split('"')[1] if '"' in ln else ln for ln in text.splitlines() if "profile " in ln][-last:]
+
+
 def gpu_memory_mib() -> int:
     out = subprocess.run(
         ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
@@ -469,6 +497,7 @@ def phase_tune(run: Run) -> None:
             run.summary[f"gpu_memory_mib_after {tag}"] = gpu_memory_mib()
         finally:
             server.__exit__(None, None, None)
+        run.summary[f"profile {tag}"] = profile_lines(run.out / f"triton-{tag}.log", 6)
         score = sum(r["images_per_s"] for r in a + b)
         if best is None or score > best[0]:
             best = (score, cfg)
@@ -535,12 +564,11 @@ def phase_main(run: Run, args: argparse.Namespace) -> None:
                     run.sweep("prep_sink", server, "prep_sink", [8], [16], size=size)
         run.summary["gpu_memory_mib main"] = [base] + [m for _, m in mem.samples]
         run.summary["cupy_pool_bytes main"] = [p for _, p in mem.pools]
+        run.summary["gpu_memory_by_process main"] = gpu_memory_by_process()
     finally:
         server.__exit__(None, None, None)
     text = (run.out / "triton-main.log").read_text()
-    run.summary["profile_main"] = [
-        ln.split('"')[1] if '"' in ln else ln for ln in text.splitlines() if "profile " in ln
-    ][-8:]
+    run.summary["profile_main"] = profile_lines(run.out / "triton-main.log")
     run.summary["preprocess_instances"] = [ln for ln in text.splitlines() if "preprocess instance" in ln][:2]
     if "cpu" not in skip:
         cores = os.cpu_count() or 1
@@ -587,8 +615,10 @@ def phase_classify(run: Run, args: argparse.Namespace) -> None:
         run.sweep("classify", server, "classify", [1], [16, 64])
         run.sweep("classify", server, "classify", [8], [16, 64])
         run.sweep("classify", server, "classify", [32], [8, 16])
+        run.summary["gpu_memory_by_process classify"] = gpu_memory_by_process()
     finally:
         server.__exit__(None, None, None)
+    run.summary["profile classify"] = profile_lines(run.out / "triton-classify.log")
     text = (run.out / "triton-classify.log").read_text()
     run.summary["classify_log"] = [ln for ln in text.splitlines() if "classifier" in ln][:6]
     run.save()
@@ -598,6 +628,7 @@ def phase_soak(run: Run, args: argparse.Namespace) -> None:
     server = start_server(make_repo(run.work / "repo-soak"), run.out / "triton-soak.log")
     try:
         base = gpu_memory_mib()
+        run.summary["gpu_memory_by_process soak start"] = gpu_memory_by_process()
         metrics_url = f"http://{server.options.host}:{server.options.metrics_port}/metrics"
         with GpuMemorySampler(period=5.0, metrics_url=metrics_url) as mem:
             run.sweep(
@@ -611,6 +642,7 @@ def phase_soak(run: Run, args: argparse.Namespace) -> None:
             )
         run.summary["soak_gpu_memory_mib"] = [(0.0, base), *mem.samples]
         run.summary["soak_cupy_pool_bytes"] = mem.pools
+        run.summary["gpu_memory_by_process soak end"] = gpu_memory_by_process()
     finally:
         server.__exit__(None, None, None)
     run.save()

@@ -74,5 +74,5 @@ if step orphans; then
     echo "processes: $(ps -eo pid,ppid,args | grep -E 'tritonserver|python_backend_stub' | grep -v grep | tr '\n' ';')"
     echo "shm: $(ls /dev/shm | tr '\n' ' ')"; } | tee /tmp/steps/orphans.txt
 fi
-(cd /tmp && tar czf "$OUT/results.tgz" steps $(ls -d bench 2>/dev/null) --exclude='bench/work' 2>/dev/null)
+tar czf "$OUT/results.tgz" --exclude='bench/work' --exclude='*.jpg' -C /tmp steps $(cd /tmp && ls -d bench 2>/dev/null)
 ls -la "$OUT"

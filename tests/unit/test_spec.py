@@ -168,3 +168,14 @@ def test_the_gpu_config_is_the_default_one_with_gpu_instances_and_batching():
     assert default == gpu
     for name in ("tensorrt.pbtxt", "onnxruntime.pbtxt"):  # the container's config names pick the same file
         assert (REPO / "preprocess" / "configs" / name).resolve() == (REPO / "preprocess" / "configs" / "gpu.pbtxt")
+
+
+def test_the_classifier_gpu_config_changes_only_instances_and_batching():
+    default = load_config(REPO / "classifier" / "config.pbtxt")
+    gpu = load_config(REPO / "classifier" / "configs" / "gpu.pbtxt")
+    assert [g.kind for g in gpu.instance_group] == [model_config_pb2.ModelInstanceGroup.KIND_GPU]
+    assert gpu.dynamic_batching.max_queue_delay_microseconds == 0
+    for cfg in (default, gpu):
+        cfg.ClearField("instance_group")
+        cfg.dynamic_batching.ClearField("max_queue_delay_microseconds")
+    assert default == gpu

@@ -164,9 +164,8 @@ class OrtCudaRuntime:
             if self.strict:  # fail instead of running on the CPU: a missing CUDA library or a node the GPU cannot take
                 options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
             try:
-                return ort.InferenceSession(
-                    str(onnx_path), options, providers=[("CUDAExecutionProvider", provider), "CPUExecutionProvider"]
-                )
+                cpu = [] if self.strict else ["CPUExecutionProvider"]  # listing it conflicts with disabling it
+                return ort.InferenceSession(str(onnx_path), options, providers=[("CUDAExecutionProvider", provider), *cpu])
             except Exception as e:  # noqa: BLE001 - ORT raises its own Fail/RuntimeException types
                 text = str(e).strip()
                 errors.append(f"{type(e).__name__}: {text.splitlines()[0] if text else ''}")

@@ -113,7 +113,7 @@ class GpuDecoder:
         *,
         hw_decoder: bool = True,
         fancy_upsampling: bool = True,
-        hw_decoders: int = 2,
+        hw_decoders: int = 1,
         hw_threads: int = 1,
         cuda_threads: int = 2,
         hw_share: float = 1.0,
