@@ -80,6 +80,34 @@ def batch_dim_name(ort: Any, onnx_path: Path) -> str:
     return dim
 
 
+def device_of(array: Any) -> int | None:
+    """The CUDA device an array lives on (CuPy's ``.device.id``), or None for a host array."""
+    if isinstance(array, np.ndarray):
+        return None
+    return int(array.device.id)
+
+
+def copy_rows(cp: Any, dst: Any, src: Any, stream: Any) -> bool:
+    """Copy ``src`` (numpy, or a CuPy array on any GPU) into the contiguous FP32 rows ``dst``, ordered on ``stream``.
+
+    Returns True when ``src`` lived on another GPU than ``dst``: Triton may hand a classifier instance on
+    one GPU a tensor the preprocess model made on another; it is then copied peer to peer (CUDA's
+    unified addressing) instead of through the host, and the caller counts it.
+    """
+    where = device_of(src)
+    if where is None:
+        dst.set(np.ascontiguousarray(src, dtype=np.float32), stream=stream)
+        return False
+    if where == dst.device.id:
+        dst[...] = cp.asarray(src, dtype=cp.float32)
+        return False
+    with cp.cuda.Device(where):
+        src = cp.ascontiguousarray(src, dtype=cp.float32)
+        cp.cuda.get_current_stream().synchronize()  # src is complete before another device's stream reads it
+    cp.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, src.nbytes, cp.cuda.runtime.memcpyDefault, stream.ptr)
+    return True
+
+
 class _Bucket:
     """One batch size: its session, its bound input and output buffers."""
 
@@ -114,9 +142,12 @@ class OrtCudaRuntime:
             raise ConfigError(f"batch_buckets must be increasing positive sizes, got {list(buckets)}")
         report = preload(ort)
         self._cp = cupy
-        self.device = cupy.cuda.Device(device_id)
-        self.device.use()
-        self.stream = cupy.cuda.Stream(non_blocking=True)
+        try:
+            self.device = cupy.cuda.Device(device_id)
+            self.device.use()
+            self.stream = cupy.cuda.Stream(non_blocking=True)
+        except cupy.cuda.runtime.CUDARuntimeError as e:
+            raise RuntimeUnavailable(f"GPU {device_id} is not usable: {e}") from None
         self.input_dims = tuple(input_dims)
         self.max_batch = buckets[-1]
         self.cuda_graphs = cuda_graphs
@@ -141,6 +172,8 @@ class OrtCudaRuntime:
         if not self.strict:
             self.name += "+cpu-nodes"
         self.input_name = self._buckets[0].session.get_inputs()[0].name
+        #: batches that arrived from another GPU (Triton copies to the instance's device; this stays 0 then)
+        self.cross_device_copies = 0
         self._warm_thread = threading.get_ident()
         self._warned_thread = False
         self._warm_up()
@@ -165,7 +198,9 @@ class OrtCudaRuntime:
                 options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
             try:
                 cpu = [] if self.strict else ["CPUExecutionProvider"]  # listing it conflicts with disabling it
-                return ort.InferenceSession(str(onnx_path), options, providers=[("CUDAExecutionProvider", provider), *cpu])
+                return ort.InferenceSession(
+                    str(onnx_path), options, providers=[("CUDAExecutionProvider", provider), *cpu]
+                )
             except Exception as e:  # noqa: BLE001 - ORT raises its own Fail/RuntimeException types
                 text = str(e).strip()
                 errors.append(f"{type(e).__name__}: {text.splitlines()[0] if text else ''}")
@@ -268,11 +303,8 @@ class OrtCudaRuntime:
         for part in parts:
             lo, hi = max(start, offset), min(start + n, offset + len(part))
             if lo < hi:
-                src = part[lo - offset : hi - offset]
-                if isinstance(src, np.ndarray):
-                    bucket.x[row : row + hi - lo].set(np.ascontiguousarray(src, dtype=np.float32), stream=self.stream)
-                else:
-                    bucket.x[row : row + hi - lo] = cp.asarray(src, dtype=cp.float32)
+                if copy_rows(cp, bucket.x[row : row + hi - lo], part[lo - offset : hi - offset], self.stream):
+                    self.cross_device_copies += 1
                 row += hi - lo
             offset += len(part)
         bucket.session.run_with_iobinding(bucket.binding)
