@@ -52,7 +52,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     srv = EmbeddedServer(local_options(MODEL_REPOSITORY), log_path)
     with srv:
         yield srv
-        if srv.process is None or srv.process.poll() is not None:
+        if not srv.running:
             pytest.fail(f"tritonserver died during the tests{srv.log_tail()}")
 
 
