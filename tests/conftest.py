@@ -26,7 +26,7 @@ from tritonprep_testkit.photos import encode, load_photos
 from tritonprep_testkit.servers import MODEL_REPOSITORY, ONNX, local_options
 
 #: seconds that what a session started may take to go once its last test is done
-SESSION_BOUND_S = 20.0
+SESSION_BOUND_S = float(os.environ.get("TRITONPREP_SESSION_BOUND_S", "20"))
 
 
 @pytest.fixture(scope="session", autouse=True)

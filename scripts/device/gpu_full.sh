@@ -5,7 +5,9 @@
 #      and the e2e suite against the GPU-backed server;
 #   2. with SOAK_REQUESTS=N: the hostile-traffic soak (scripts/soak.py) against the GPU server,
 #      with OVERLOAD=1 also scripts/overload.py (10x overload), figures as JSON in $OUT;
-#   3. the benchmark harness (python -m scripts.bench.harness, PLAN=quick|full, HARNESS_ARGS=...).
+#   3. the benchmark harness (python -m scripts.bench.harness, PLAN=quick|full, HARNESS_ARGS=...);
+#   after each step, scripts/leftovers.py checks that no tritonprep process, /dev/shm region, CUDA context or
+#   GPU memory above the baseline taken before step 1 is left ($OUT/leftovers.txt, "clean" or "LEFTOVERS").
 # Run after the last batch's take.sh, from the repository root; results go to $OUT.
 # Wheels (staged here with ../shared/device/stage-wheels, one device call per batch):
 #   'nvidia-pytriton==0.7.0' 'cupy-cuda13x==13.6.0' fastrlock 'numpy==1.26.4' 'nvidia-nvimgcodec-cu13==0.9.0.20'
@@ -25,17 +27,26 @@ for m in pygments ml_dtypes; do [ -e "$SITE/$m" ] || ln -s "/opt/torch/.venv/lib
 export TRITONPREP_PHOTOS=${TRITONPREP_PHOTOS:-$PWD/.photos} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/env.txt"
 python3 -c "import numpy, cupy, PIL; print('numpy', numpy.__version__, 'cupy', cupy.__version__, 'Pillow', PIL.__version__)" | tee -a "$OUT/env.txt"
+python3 -m scripts.leftovers baseline --out /tmp/leftovers-baseline.json
+leftovers() {  # $1: the step just done
+  echo "== after $1" >> "$OUT/leftovers.txt"
+  python3 -m scripts.leftovers check --baseline /tmp/leftovers-baseline.json >> "$OUT/leftovers.txt" 2>&1
+  echo "leftovers after $1 rc=$?"; tail -6 "$OUT/leftovers.txt"
+}
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   timeout ${TEST_TIMEOUT:-240} python3 -m pytest tests/gpu tests/e2e/test_classify.py ${TEST_EXTRA:-} -q -p no:cacheprovider --timeout 200 -rsP \
     > "$OUT/pytest-gpu.txt" 2>&1; echo "pytest rc=$?"; tail -6 "$OUT/pytest-gpu.txt"
+  leftovers "the GPU tests"
 fi
 if [ "${SOAK_REQUESTS:-0}" -gt 0 ]; then
   timeout ${SOAK_TIMEOUT:-300} python3 -m scripts.soak --requests "$SOAK_REQUESTS" --clients ${SOAK_CLIENTS:-8} \
     ${SOAK_ARGS:-} --progress 30 --max-seconds $(( ${SOAK_TIMEOUT:-300} - 45 )) --json "$OUT/soak-gpu.json" > "$OUT/soak-gpu.txt" 2>&1; echo "soak rc=$?"; tail -30 "$OUT/soak-gpu.txt"
+  leftovers "the soak"
 fi
 if [ "${OVERLOAD:-0}" = 1 ]; then
   timeout ${OVERLOAD_TIMEOUT:-150} python3 -m scripts.overload --model preprocess --json "$OUT/overload-gpu.json" \
     > "$OUT/overload-gpu.txt" 2>&1; echo "overload rc=$?"; tail -25 "$OUT/overload-gpu.txt"
+  leftovers "the overload"
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   # at most 8 files come back from $OUT: work in /tmp, copy the results, pack the server logs
@@ -44,4 +55,5 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
   tail -40 "$OUT/harness.log"
   cp /tmp/bench/results.md /tmp/bench/results.csv /tmp/bench/summary.json /tmp/bench/*.png "$OUT"/ 2>/dev/null
   (cd /tmp/bench && tar czf "$OUT/logs.tgz" *.log perf 2>/dev/null)
+  leftovers "the benchmark"
 fi
