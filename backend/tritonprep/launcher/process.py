@@ -205,8 +205,7 @@ class EmbeddedServer:
             if time.monotonic() >= deadline:
                 break
         if self.pid is None:
-            code = self.watchdog.poll()
-            self.stop()
+            code = self.stop()
             raise ServerError(f"the watchdog did not start tritonserver (exit code {code}){self.log_tail()}")
 
     def _read_reports(self, timeout: float = 0.0) -> bool:
@@ -215,7 +214,9 @@ class EmbeddedServer:
             if self._reports is None:
                 return False
             if timeout > 0:
-                select.select([self._reports], [], [], timeout)
+                poller = select.poll()
+                poller.register(self._reports, select.POLLIN)
+                poller.poll(timeout * 1000)
             try:
                 data = os.read(self._reports, 4096)
             except BlockingIOError:

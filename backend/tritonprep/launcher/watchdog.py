@@ -141,9 +141,13 @@ class Watchdog:
         *lines, self._lifeline = self._lifeline.split(b"\n")
         for line in lines:
             words = line.decode(errors="replace").split()
-            if len(words) == 2 and words[0] == "stop":
-                self.request_stop("asked to stop", float(words[1]))
-            elif words:
+            try:
+                if len(words) == 2 and words[0] == "stop":
+                    self.request_stop("asked to stop", float(words[1]))
+                    continue
+            except ValueError:
+                pass
+            if words:
                 log.warning("unknown command %r", line)
         return True
 
