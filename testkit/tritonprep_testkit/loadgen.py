@@ -137,11 +137,11 @@ def run_threads(n: int, target: object, *args: object) -> list[threading.Thread]
 # ---------------------------------------------------------------------- figures
 def memory(server: EmbeddedServer) -> dict[str, int]:
     """Resident memory (bytes) of tritonserver and of each stub, by model, from /proc."""
-    proc = server.process
-    if proc is None:
+    pid = server.pid
+    if pid is None:
         return {}
-    out = {"tritonserver": rss_bytes(proc.pid) or 0}
-    for stub in stub_processes(proc.pid):
+    out = {"tritonserver": rss_bytes(pid) or 0}
+    for stub in stub_processes(pid):
         out[f"stub:{stub.model}"] = out.get(f"stub:{stub.model}", 0) + (rss_bytes(stub.pid) or 0)
     return out
 

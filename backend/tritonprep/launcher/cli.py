@@ -141,15 +141,15 @@ def serve(args: argparse.Namespace) -> int:
             if supervisor is not None and supervisor.gave_up.is_set():
                 log.error("tritonserver keeps failing; giving up")
                 return 1
-            if supervisor is None and server.process is not None and server.process.poll() is not None:
-                log.error("tritonserver exited unexpectedly with code %s", server.process.returncode)
+            if supervisor is None and not server.running:
+                log.error("tritonserver exited unexpectedly with code %s", server.poll())
                 return 1
             stopping.wait(0.5)
         return 0
     finally:
         if supervisor is not None:
             supervisor.stop()
-        if stopping.is_set() and server.process is not None and server.process.poll() is None:
+        if stopping.is_set() and server.running:
             t0 = time.monotonic()
             drained = server.drain(options.exit_timeout_s)
             log.info(

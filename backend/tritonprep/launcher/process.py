@@ -4,8 +4,15 @@
 stub per Python version; this module assembles a backend directory for the running
 Python, points the stub at this environment (``PATH``), starts ``tritonserver`` on the
 repository's ``model_repository/`` bound to localhost, waits until every model is ready,
-and stops it cleanly (SIGINT, Triton's exit timeout, then SIGKILL). The child dies with its
-parent (``PR_SET_PDEATHSIG``), so a crashed launcher leaves no orphan server.
+and stops it cleanly (SIGINT, Triton's exit timeout, then SIGKILL).
+
+tritonserver runs under a watchdog process (:mod:`.watchdog`), one per start: it owns the
+server's process tree and its shared-memory regions, whose names carry a prefix unique to
+the start (:mod:`.reaper`), and removes both however the server ends. The watchdog holds a
+pipe from this process (the "lifeline"): when this process dies, even by SIGKILL, the
+watchdog stops the server gracefully. Nothing depends on the thread that called
+:meth:`EmbeddedServer.start`. Before each start, :func:`~.reaper.sweep` removes what dead
+servers left behind.
 
 Secure defaults: localhost only, model control off, and the repository, model-config,
 shared-memory, statistics, trace and logging APIs restricted (HTTP and gRPC) to clients
@@ -18,12 +25,11 @@ Command line: ``tritonprep serve --help`` (:mod:`.cli`).
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import secrets
+import select
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -37,17 +43,16 @@ from ..errors import ServerError
 from .install import TritonInstall, gpu_count
 from .options import ADMIN_KEY_ENV, GRPC_HEADER_PREFIX, ServerOptions
 from .probes import fetch_metrics, in_flight
+from .reaper import kill_server, prefix_of, remove_regions, sweep
 
 log = logging.getLogger(__name__)
 
-_PR_SET_PDEATHSIG = 1
 #: the configuration name the launcher selects where it sees a GPU (``<model>/configs/gpu.pbtxt``)
 GPU_CONFIG_NAME = "gpu"
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+#: seconds the watchdog may need after the grace: stubs settle (1 s), leftovers are killed, regions removed
+CLEANUP_S = 10.0
+#: seconds for the watchdog to start tritonserver
+WATCHDOG_START_S = 30.0
 
 
 class EmbeddedServer:
@@ -56,7 +61,17 @@ class EmbeddedServer:
     def __init__(self, options: ServerOptions, log_path: Path | None = None) -> None:
         self.options = options
         self.log_path = log_path
-        self.process: subprocess.Popen[bytes] | None = None
+        #: the watchdog process of the running server (:mod:`.watchdog`), None when stopped
+        self.watchdog: subprocess.Popen[bytes] | None = None
+        #: tritonserver's pid while started
+        self.pid: int | None = None
+        #: the prefix of this server's shared-memory regions (/dev/shm/<prefix>*) while started
+        self.prefix: str | None = None
+        self._returncode: int | None = None
+        self._lifeline: int | None = None  # write end; the watchdog's stdin
+        self._reports: int | None = None  # read end of the watchdog's report lines
+        self._report_buffer = b""
+        self._lock = threading.RLock()
         self._workdir: Path | None = None
         self._log_file = None
         self.admin_key = options.admin_key or secrets.token_urlsafe(24)
@@ -137,30 +152,125 @@ class EmbeddedServer:
         return env
 
     def start(self) -> None:
-        """Start tritonserver in the background."""
-        if self.process is not None:
+        """Start tritonserver in the background, under its watchdog."""
+        if self.watchdog is not None:
             raise ServerError("server already started")
         if not (self.options.model_repository / "classify" / "config.pbtxt").is_file():
             log.warning(
                 "%s has no classify/config.pbtxt; is it a tritonprep model repository?", self.options.model_repository
             )
         install = TritonInstall.find()
+        sweep()
         self._workdir = Path(tempfile.mkdtemp(prefix="tritonprep-server-"))
         backend_dir = install.make_backend_dir(self._workdir / "backends")
-        cmd = [str(install.binary)] + self.command(backend_dir)
-        log.debug("starting %s", " ".join(cmd))
+        server_cmd = [str(install.binary)] + self.command(backend_dir)
+        log.debug("starting %s", " ".join(server_cmd))
         out = None
         if self.log_path is not None:
             self._log_file = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
             out = self._log_file
-        self.process = subprocess.Popen(
-            cmd,
-            env=self.environment(install),
-            stdout=out,
-            stderr=subprocess.STDOUT if out else None,
-            start_new_session=True,
-            preexec_fn=_die_with_parent,
-        )
+        lifeline_r, self._lifeline = os.pipe()
+        self._reports, report_w = os.pipe()
+        os.set_blocking(self._reports, False)
+        self._returncode, self._report_buffer = None, b""
+        watchdog_cmd = [
+            sys.executable,
+            "-m",
+            "tritonprep.launcher.watchdog",
+            "--launcher-pid",
+            str(os.getpid()),
+            "--grace",
+            str(self.options.exit_timeout_s + 10),
+            "--report-fd",
+            str(report_w),
+            "--",
+            *server_cmd,
+        ]
+        try:
+            self.watchdog = subprocess.Popen(
+                watchdog_cmd,
+                env=self.environment(install),
+                stdin=lifeline_r,
+                stdout=out,
+                stderr=subprocess.STDOUT if out else None,
+                pass_fds=(report_w,),
+                start_new_session=True,  # Ctrl-C in a terminal reaches the launcher only, which drains first
+            )
+        except OSError as e:
+            self.stop()
+            raise ServerError(f"cannot start the watchdog of tritonserver: {e}") from e
+        finally:
+            os.close(lifeline_r)
+            os.close(report_w)
+        try:
+            self.prefix = prefix_of(self.watchdog.pid)  # so that stop() can clean up whatever happens next
+        except ServerError:
+            pass
+        deadline = time.monotonic() + WATCHDOG_START_S
+        while self.pid is None and self._read_reports(timeout=max(0.0, deadline - time.monotonic())):
+            if time.monotonic() >= deadline:
+                break
+        if self.pid is None:
+            code = self.stop()
+            raise ServerError(f"the watchdog did not start tritonserver (exit code {code}){self.log_tail()}")
+
+    def _read_reports(self, timeout: float = 0.0) -> bool:
+        """Read the watchdog's report lines (waiting up to ``timeout`` for some); False once it closed the pipe."""
+        with self._lock:
+            if self._reports is None:
+                return False
+            if timeout > 0:
+                poller = select.poll()
+                poller.register(self._reports, select.POLLIN)
+                poller.poll(timeout * 1000)
+            try:
+                data = os.read(self._reports, 4096)
+            except BlockingIOError:
+                return True
+            if not data:
+                return False
+            self._report_buffer += data
+            *lines, self._report_buffer = self._report_buffer.split(b"\n")
+            for line in lines:
+                kind, _, rest = line.decode(errors="replace").partition(" ")
+                if kind == "started":
+                    pid, _, prefix = rest.partition(" ")
+                    self.pid, self.prefix = int(pid), prefix
+                elif kind == "exited":
+                    self._returncode = int(rest)
+                elif kind == "error":
+                    log.error("watchdog: %s", rest)
+            return True
+
+    def poll(self) -> int | None:
+        """tritonserver's exit code once it has ended (-N: signal N), None while it runs.
+
+        Should the watchdog die without a word, the watchdog's code (tritonserver is then stopping,
+        on its parent-death signal).
+        """
+        with self._lock:
+            if self.watchdog is None or self._returncode is not None:
+                return self._returncode
+            if self.watchdog.poll() is None:
+                self._read_reports()
+                return self._returncode
+            for _ in range(100):  # it has exited: read what it said, up to the end of the pipe
+                if not self._read_reports():
+                    break
+            if self._returncode is None:
+                log.warning(
+                    "the watchdog (pid %d) of tritonserver %s died (code %s)",
+                    self.watchdog.pid,
+                    self.pid,
+                    self.watchdog.returncode,
+                )
+                self._returncode = self.watchdog.returncode
+            return self._returncode
+
+    @property
+    def running(self) -> bool:
+        """True from start() until tritonserver has ended."""
+        return self.watchdog is not None and self.poll() is None
 
     def _get(self, path: str, timeout: float = 2.0, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
         request = urllib.request.Request(self.options.http_url + path, headers=headers or {})
@@ -183,9 +293,8 @@ class EmbeddedServer:
         while time.monotonic() < deadline:
             if cancel is not None and cancel.is_set():
                 raise ServerError("cancelled while waiting for tritonserver to be ready")
-            if self.process is None or self.process.poll() is not None:
-                code = None if self.process is None else self.process.returncode
-                raise ServerError(f"tritonserver exited with code {code} while starting{self.log_tail()}")
+            if not self.running:
+                raise ServerError(f"tritonserver exited with code {self.poll()} while starting{self.log_tail()}")
             if self.is_ready():
                 return
             time.sleep(0.25)
@@ -243,27 +352,47 @@ class EmbeddedServer:
         return False
 
     def stop(self, timeout_s: float | None = None) -> int | None:
-        """Stop tritonserver (SIGINT, wait ``timeout_s``, by default Triton's exit timeout + 10 s, then
-        SIGKILL); return its exit code."""
-        code = None
-        if self.process is not None:
-            if self.process.poll() is None:
-                self.process.send_signal(signal.SIGINT)
-                try:
-                    self.process.wait(timeout=self.options.exit_timeout_s + 10 if timeout_s is None else timeout_s)
-                except subprocess.TimeoutExpired:
-                    log.warning("tritonserver did not exit in time; killing it")
-                    self.process.kill()
-                    self.process.wait()
-            code = self.process.returncode
-            self.process = None
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
-        if self._workdir is not None:
-            shutil.rmtree(self._workdir, ignore_errors=True)
-            self._workdir = None
-        return code
+        """Stop tritonserver and return its exit code: SIGINT, ``timeout_s`` (by default Triton's exit
+        timeout + 10 s) for it to finish, then SIGKILL to its process group.
+
+        Through the watchdog, which then kills what is left of the tree and removes the server's
+        shared-memory regions; should the watchdog fail to, this process does.
+        """
+        with self._lock:
+            code = None
+            if self.watchdog is not None:
+                grace = self.options.exit_timeout_s + 10 if timeout_s is None else timeout_s
+                if self.watchdog.poll() is None:
+                    try:
+                        os.write(self._lifeline, f"stop {grace}\n".encode())  # type: ignore[arg-type]
+                    except OSError:
+                        pass  # it is exiting anyway
+                    try:
+                        self.watchdog.wait(timeout=grace + CLEANUP_S)
+                    except subprocess.TimeoutExpired:
+                        log.warning(
+                            "the watchdog of tritonserver did not finish in %.0f s; killing it", grace + CLEANUP_S
+                        )
+                        self.watchdog.kill()
+                        self.watchdog.wait()
+                code = self.poll()
+                if self.prefix is not None:  # normally nothing is left; if the watchdog failed, this cleans up
+                    killed, removed = kill_server(self.prefix), remove_regions(self.prefix)
+                    if killed or removed:
+                        log.warning("after the watchdog: killed %s, removed regions %s", killed, removed)
+                self.watchdog = None
+                self.pid = self.prefix = None
+            for fd in (self._lifeline, self._reports):
+                if fd is not None:
+                    os.close(fd)
+            self._lifeline = self._reports = None
+            if self._log_file is not None:
+                self._log_file.close()
+                self._log_file = None
+            if self._workdir is not None:
+                shutil.rmtree(self._workdir, ignore_errors=True)
+                self._workdir = None
+            return code
 
     def log_tail(self, lines: int = 40) -> str:
         """The last ``lines`` of the server log, headed, or "" without a log file."""

@@ -12,16 +12,17 @@ healthy". So the supervisor watches three things, every ``poll_s``:
 
 On a failure it stops the server (SIGINT, ``grace_s`` for in-flight requests of the healthy
 models, then SIGKILL: with a dead stub Triton would otherwise wait its whole exit timeout
-for a model that can no longer unload), removes the shared-memory regions of the stubs it
-recorded, and starts a fresh server on the same ports. More than ``max_restarts`` restarts
-within ``window_s`` is a crash loop: the supervisor gives up and reports it.
+for a model that can no longer unload) and starts a fresh server on the same ports, both
+through :meth:`EmbeddedServer.stop` and :meth:`EmbeddedServer.start`: the server's watchdog
+removes what is left of the old tree and its shared memory, and the new server is as
+independent of the supervisor's thread as the first (it stops just as gracefully). More than
+``max_restarts`` restarts within ``window_s`` is a crash loop: the supervisor gives up and
+reports it.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import threading
 import time
 from collections.abc import Callable
@@ -148,11 +149,11 @@ class Supervisor:
             self._thread = None
 
     def _record_stubs(self) -> None:
-        proc = self.server.process
-        self.stubs = stub_processes(proc.pid) if proc is not None else []
+        pid = self.server.pid
+        self.stubs = stub_processes(pid) if pid is not None else []
         log.info(
             "supervisor: watching tritonserver pid %s and %d stubs (%s)",
-            proc.pid if proc else None,
+            pid,
             len(self.stubs),
             ", ".join(f"{s.model}:{s.pid}" for s in self.stubs),
         )
@@ -160,12 +161,12 @@ class Supervisor:
     # ------------------------------------------------------------------ checks
     def check(self) -> str | None:
         """What is wrong with the server now, or None."""
-        proc = self.server.process
-        if proc is None or proc.poll() is not None:
-            return f"tritonserver exited with code {None if proc is None else proc.returncode}"
+        code = self.server.poll()
+        if code is not None or self.server.pid is None:
+            return f"tritonserver exited with code {code}"
         for stub in self.stubs:
             st = _stat(stub.pid)
-            if st is None or st[0] == "Z" or st[1] != proc.pid:
+            if st is None or st[0] == "Z" or st[1] != self.server.pid:
                 return f"the Python stub of model {stub.model!r} (pid {stub.pid}) died"
         return None
 
@@ -196,9 +197,7 @@ class Supervisor:
             self.gave_up.set()
             return False
         self._event("restarting", reason)
-        old_stubs = self.stubs
         self.server.stop(timeout_s=self.grace_s)
-        self._clean_up(old_stubs)
         for attempt in range(1, 4):
             try:
                 self.server.start()
@@ -215,20 +214,5 @@ class Supervisor:
                 self._event("retrying", f"start attempt {attempt} failed ({e}); trying again")
                 time.sleep(1.0)
         self._record_stubs()
-        self._event("ready", f"tritonserver pid {self.server.process.pid if self.server.process else None} is ready")
+        self._event("ready", f"tritonserver pid {self.server.pid} is ready")
         return True
-
-    @staticmethod
-    def _clean_up(stubs: list[Stub]) -> None:
-        """Kill stubs that outlived their server and remove their shared-memory regions."""
-        for stub in stubs:
-            st = _stat(stub.pid)
-            if st is not None and st[0] != "Z":
-                try:  # the same process only if it still carries its unique shared-memory region name
-                    if stub.shm_region.encode() in Path(f"/proc/{stub.pid}/cmdline").read_bytes():
-                        os.kill(stub.pid, signal.SIGKILL)
-                except OSError:
-                    pass
-            region = Path("/dev/shm") / stub.shm_region
-            if stub.shm_region.startswith("triton_python_backend_shm_region_"):
-                region.unlink(missing_ok=True)

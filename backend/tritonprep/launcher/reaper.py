@@ -1,0 +1,297 @@
+"""What a server leaves behind: the shared-memory prefix of each server, and the sweep of dead servers' debris.
+
+Every tritonserver that :class:`~.process.EmbeddedServer` starts has a watchdog process
+(:mod:`.watchdog`), and the Python backend names the server's shared-memory regions after it
+(Triton's ``--backend-config python,shm-region-prefix-name=...``; Triton appends a UUID)::
+
+    /dev/shm/tritonprep_<pid namespace>_<watchdog pid>_<watchdog start time>_<uuid4>
+
+So a region names the process responsible for it, and anyone can tell whether that process still
+lives: the same pid with the same start time (field 22 of ``/proc/PID/stat``) in the same pid
+namespace. The prefix is also on tritonserver's command line and in every stub's (the stub's
+second argument is its region), which is how :func:`server_processes` finds a server's processes.
+
+:func:`sweep` runs before every start. It kills Python stubs whose watchdog and tritonserver are
+both gone (a stub can deadlock in its own parent-death path and then ignores SIGTERM), and
+removes regions that no live process can still use: the watchdog is dead, no process carries the
+prefix on its command line, and none that can be inspected has the region open or mapped. (A
+region is opened by name only by tritonserver and its stubs, which carry the prefix, and is
+inherited only by children forked without exec, which carry it too. A process whose files cannot
+be read, such as this VM's init even for root, would have to open the region by its name on
+purpose; counting every such process as a user would keep every region forever.) It never
+touches Triton's default names (``triton_python_backend_shm_region_*``) or a prefix of another
+pid namespace: those may belong to servers that this process cannot see.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import ServerError
+
+log = logging.getLogger(__name__)
+
+SHM_DIR = Path("/dev/shm")
+SERVER_BINARY = "tritonserver"
+STUB_BINARY = "triton_python_backend_stub"
+_PREFIX = re.compile(r"tritonprep_(\d+)_(\d+)_(\d+)_")
+
+
+def pid_namespace() -> int:
+    """The inode of this process's pid namespace (pids mean something only inside one)."""
+    return os.stat("/proc/self/ns/pid").st_ino
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """Fields 3.. of ``/proc/PID/stat`` (state first), or None if the process is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2 :].split()
+
+
+def start_time(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks after boot), or None if it is gone or a zombie."""
+    fields = _stat_fields(pid)
+    if fields is None or fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The watchdog that a prefix names."""
+
+    namespace: int
+    pid: int
+    start_time: int
+
+    @property
+    def prefix(self) -> str:
+        """The region prefix of this watchdog's server."""
+        return f"tritonprep_{self.namespace}_{self.pid}_{self.start_time}_"
+
+    def alive(self) -> bool:
+        """True while the watchdog runs (the same pid with the same start time, not a zombie)."""
+        return self.namespace == pid_namespace() and start_time(self.pid) == self.start_time
+
+
+def prefix_of(watchdog_pid: int) -> str:
+    """The region prefix of the server that the watchdog ``watchdog_pid`` runs."""
+    started = start_time(watchdog_pid)
+    if started is None:
+        raise ServerError(f"the watchdog (pid {watchdog_pid}) is gone")
+    return Owner(pid_namespace(), watchdog_pid, started).prefix
+
+
+def owner_of(text: str) -> Owner | None:
+    """The owner named by the first tritonprep prefix in ``text`` (a region name, an argument), or None."""
+    m = _PREFIX.search(text)
+    return None if m is None else Owner(int(m[1]), int(m[2]), int(m[3]))
+
+
+@dataclass(frozen=True)
+class Proc:
+    """A process as ``/proc`` shows it."""
+
+    pid: int
+    ppid: int
+    state: str
+    argv: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        """The base name of the program (argv[0])."""
+        return os.path.basename(self.argv[0]) if self.argv else ""
+
+    def carries(self, prefix: str) -> bool:
+        """True if an argument contains ``prefix``."""
+        return any(prefix in a for a in self.argv)
+
+
+def processes() -> list[Proc]:
+    """Every process visible in ``/proc`` (kernel threads and vanished processes left out)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        fields = _stat_fields(int(entry.name))
+        try:
+            raw = Path(entry.path, "cmdline").read_bytes()
+        except OSError:
+            continue
+        if fields is None or not raw:
+            continue
+        argv = tuple(a.decode(errors="replace") for a in raw.rstrip(b"\0").split(b"\0"))
+        found.append(Proc(int(entry.name), int(fields[1]), fields[0], argv))
+    return found
+
+
+def _is_stub(p: Proc) -> bool:
+    # bash -c " exec <stub> ...": how Triton starts a stub, for the moment before the exec
+    return p.name == STUB_BINARY or (p.name == "bash" and len(p.argv) > 2 and STUB_BINARY in p.argv[2])
+
+
+def server_processes(prefix: str, procs: list[Proc] | None = None) -> list[Proc]:
+    """The live tritonserver and stub processes of the server with region prefix ``prefix``."""
+    return [
+        p
+        for p in (processes() if procs is None else procs)
+        if p.state not in ("Z", "X") and (p.name == SERVER_BINARY or _is_stub(p)) and p.carries(prefix)
+    ]
+
+
+def regions(prefix: str, shm_dir: Path = SHM_DIR) -> list[Path]:
+    """The shared-memory regions of the server with ``prefix``."""
+    return sorted(p for p in shm_dir.iterdir() if p.name.startswith(prefix)) if shm_dir.is_dir() else []
+
+
+def _wait_gone(pids: list[int], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while any(start_time(pid) is not None for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def kill_server(prefix: str, timeout_s: float = 5.0) -> list[int]:
+    """SIGKILL every tritonserver and stub with ``prefix`` until none is left; return the pids killed.
+
+    For the server's own launcher after its watchdog is gone; anyone else uses :func:`sweep`.
+    """
+    killed: list[int] = []
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = [p.pid for p in server_processes(prefix)]
+        if not found:
+            return killed
+        if time.monotonic() > deadline:
+            log.error("processes of %s* survive SIGKILL: %s", prefix, found)
+            return killed
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+            if pid not in killed:
+                killed.append(pid)
+        _wait_gone(found, 0.5)
+
+
+def remove_regions(prefix: str, shm_dir: Path = SHM_DIR) -> list[str]:
+    """Unlink the regions of the server with ``prefix``; return their names."""
+    removed = []
+    for path in regions(prefix, shm_dir):
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            continue
+        removed.append(path.name)
+    return removed
+
+
+@dataclass
+class Swept:
+    """What :func:`sweep` removed."""
+
+    killed: list[int] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.killed or self.removed)
+
+
+def _orphaned_stubs(procs: list[Proc]) -> list[Proc]:
+    """Stubs of this namespace's tritonprep servers whose watchdog is dead and whose tritonserver is gone."""
+    by_pid = {p.pid: p for p in procs}
+    namespace = pid_namespace()
+    orphans = []
+    for p in procs:
+        if p.state in ("Z", "X") or not _is_stub(p):
+            continue
+        owner = next((o for o in map(owner_of, p.argv) if o is not None), None)
+        if owner is None or owner.namespace != namespace or owner.alive():
+            continue
+        parent = by_pid.get(p.ppid)
+        if parent is not None and parent.name == SERVER_BINARY and parent.carries(owner.prefix):
+            continue  # its tritonserver still runs: it stops with its dead watchdog and finalizes the stub
+        orphans.append(p)
+    return orphans
+
+
+def _targets(pid: int) -> set[str]:
+    """Files that ``pid`` has open or mapped (raises OSError if they cannot be read)."""
+    targets = set()
+    for entry in os.scandir(f"/proc/{pid}/fd"):
+        try:
+            targets.add(os.readlink(entry.path))
+        except FileNotFoundError:
+            continue  # closed meanwhile
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            parts = line.split(maxsplit=5)
+            if len(parts) == 6:
+                targets.add(parts[5].strip())
+    return {t.removesuffix(" (deleted)") for t in targets}
+
+
+def _in_use(names: dict[str, Owner], shm_dir: Path) -> set[str]:
+    """Which of the regions ``names`` a live process may still use: it carries the prefix on its
+    command line, or has the region open or mapped."""
+    paths = {str(shm_dir / n): n for n in names}
+    used: set[str] = set()
+    for p in processes():
+        if p.state in ("Z", "X"):
+            continue
+        used |= {n for n, o in names.items() if p.carries(o.prefix)}
+        try:
+            targets = _targets(p.pid)
+        except OSError:  # it ended meanwhile, or cannot be inspected (see the module's description)
+            continue
+        used |= {paths[t] for t in targets if t in paths}
+    return used
+
+
+def sweep(shm_dir: Path = SHM_DIR) -> Swept:
+    """Remove what dead tritonprep servers of this pid namespace left: orphaned stubs, unused regions."""
+    swept = Swept()
+    orphans = _orphaned_stubs(processes())
+    for p in orphans:
+        try:
+            os.kill(p.pid, signal.SIGKILL)
+            swept.killed.append(p.pid)
+        except ProcessLookupError:
+            continue
+        except PermissionError:
+            log.warning("cannot kill orphaned Python stub %d (another user's)", p.pid)
+    _wait_gone(swept.killed, 2.0)
+    if not shm_dir.is_dir():
+        return swept
+    namespace = pid_namespace()
+    candidates = {}
+    for path in shm_dir.iterdir():
+        owner = owner_of(path.name) if path.name.startswith("tritonprep_") else None
+        if owner is not None and owner.namespace == namespace and not owner.alive():
+            candidates[path.name] = owner
+    if candidates:
+        used = _in_use(candidates, shm_dir)
+        for name in sorted(set(candidates) - used):
+            try:
+                (shm_dir / name).unlink()
+                swept.removed.append(name)
+            except FileNotFoundError:
+                continue
+            except PermissionError:
+                log.warning("cannot remove %s (another user's)", shm_dir / name)
+    if swept:
+        log.warning(
+            "removed debris of dead servers: killed orphaned stub(s) %s, removed region(s) %s",
+            swept.killed or "none",
+            swept.removed or "none",
+        )
+    return swept
