@@ -19,6 +19,17 @@ from .supervise import Supervisor
 log = logging.getLogger(__name__)
 
 
+def gpu_list(text: str) -> tuple[int, ...]:
+    """argparse type of ``--gpus``: distinct non-negative indices, e.g. ``0,2``."""
+    try:
+        ids = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected GPU indices like 0,1, got {text!r}") from None
+    if not ids or min(ids) < 0 or len(set(ids)) != len(ids):
+        raise argparse.ArgumentTypeError(f"GPU indices must be distinct and >= 0, got {text!r}")
+    return ids
+
+
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     """Arguments of ``tritonprep serve``."""
     p = parser or argparse.ArgumentParser(prog="tritonprep serve", description="Run the embedded Triton server.")
@@ -33,6 +44,12 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         "preprocess its GPU instances and batching; else each model's config.pbtxt)",
     )
     p.add_argument("--cuda-memory-pool-mb", type=int, default=512, help="per GPU (default: %(default)s)")
+    p.add_argument(
+        "--gpus",
+        type=gpu_list,
+        help="comma-separated GPU indices to serve on, e.g. 0,2 (default: every GPU this process sees, after "
+        "CUDA_VISIBLE_DEVICES); each GPU model gets its instance count on each",
+    )
     p.add_argument("--log-verbose", type=int, default=0)
     p.add_argument("--log-file", type=Path, help="write Triton's log here instead of the terminal")
     p.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for the models")
@@ -75,6 +92,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         model_config_name=args.model_config_name,
         log_verbose=args.log_verbose,
         cuda_memory_pool_mb=args.cuda_memory_pool_mb,
+        gpus=args.gpus,
         exit_timeout_s=args.exit_timeout,
         extra_args=tuple(extra),
         restricted_apis=() if args.unrestricted else RESTRICTED_APIS,

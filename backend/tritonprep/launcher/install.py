@@ -54,6 +54,30 @@ class TritonInstall:
         return dest
 
 
+def visible_gpus(selected: tuple[int, ...] | None = None) -> list[str]:
+    """The GPUs tritonserver will see, as ``CUDA_VISIBLE_DEVICES`` entries of this process's numbering.
+
+    ``selected`` picks some of the GPUs this process sees (by their index, 0 being the first it sees);
+    None keeps them all. An index it does not see is a :class:`ServerError` naming the ones it does.
+    """
+    count = gpu_count()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = (
+        [d.strip() for d in visible.split(",") if d.strip()][:count]
+        if visible is not None
+        else [str(i) for i in range(count)]
+    )
+    if selected is None:
+        return ids
+    missing = [i for i in selected if not 0 <= i < len(ids)]
+    if missing:
+        raise ServerError(
+            f"--gpus {','.join(map(str, selected))}: this machine shows {len(ids)} GPU(s) "
+            f"({', '.join(map(str, range(len(ids)))) or 'none'}); {missing} do not exist"
+        )
+    return [ids[i] for i in selected]
+
+
 def gpu_count() -> int:
     """Number of visible GPUs (0 without a driver); used to size per-GPU memory pools."""
     if shutil.which("nvidia-smi") is None:

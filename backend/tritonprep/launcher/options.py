@@ -32,6 +32,9 @@ class ServerOptions:
     log_verbose: int = 0
     #: per-GPU CUDA memory pool; Triton copies GPU outputs of Python models into it
     cuda_memory_pool_mb: int = 512
+    #: the GPUs to serve on, by index among those this process sees; None: all of them (each GPU model gets
+    #: its instance_group's count on every one)
+    gpus: tuple[int, ...] | None = None
     pinned_memory_pool_mb: int = 256
     exit_timeout_s: int = 30
     extra_args: tuple[str, ...] = field(default_factory=tuple)

@@ -40,7 +40,7 @@ import urllib.request
 from pathlib import Path
 
 from ..errors import ServerError
-from .install import TritonInstall, gpu_count
+from .install import TritonInstall, visible_gpus
 from .options import ADMIN_KEY_ENV, GRPC_HEADER_PREFIX, ServerOptions
 from .probes import fetch_metrics, in_flight
 from .reaper import kill_server, prefix_of, remove_regions, sweep
@@ -122,7 +122,7 @@ class EmbeddedServer:
             "--backend-config",
             "python,shm-growth-byte-size=67108864",
         ]
-        gpus = gpu_count()
+        gpus = len(visible_gpus(o.gpus))  # tritonserver numbers the GPUs it sees 0..gpus-1
         for gpu in range(gpus):
             cmd += ["--cuda-memory-pool-byte-size", f"{gpu}:{o.cuda_memory_pool_mb << 20}"]
         config_name = o.model_config_name
@@ -147,6 +147,8 @@ class EmbeddedServer:
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
         libs = [str(install.libs)] + ([env["LD_LIBRARY_PATH"]] if env.get("LD_LIBRARY_PATH") else [])
         env["LD_LIBRARY_PATH"] = os.pathsep.join(libs)
+        if self.options.gpus is not None:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(visible_gpus(self.options.gpus))
         env.update(dict(self.options.env))
         env.pop(ADMIN_KEY_ENV, None)  # the stubs have no use for the admin key
         return env
