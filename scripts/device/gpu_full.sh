@@ -12,9 +12,11 @@
 #   'perf-analyzer==2.60.0' 'tritonclient==2.73.0' python-rapidjson grpcio 'protobuf>=6.30,<7' typing_extensions
 #   packaging urllib3 'pillow==12.0.0' pytest pluggy iniconfig pytest-timeout onnxruntime flatbuffers coloredlogs
 #   humanfriendly geventhttpclient gevent greenlet zope.event zope.interface certifi brotli
+#   'opencv-python-headless==4.10.0.84' (the cv2_linear tests compare the kernel with OpenCV itself)
 #   and for the DALI comparison: 'nvidia-dali-cuda130==2.4.0' 'nvidia-libnvcomp-cu13==5.3.0.16' astunparse gast six
 #   optree makefun 'libcst~=1.8' pyyaml nvtx
-# Carry model_repository/classifier/1/model.onnx (make model) and .photos (python -m scripts.bench_images --export-photos
+# Carry model_repository/classifier/1/model.onnx and model_repository/embedder/1/model.onnx (make model; the
+# server loads both) and .photos (python -m scripts.bench_images --export-photos
 # --out .photos) with the last batch.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"

@@ -40,10 +40,15 @@ def test_every_config_parses_and_is_named_after_its_folder(path):
     assert (REPO / folder / "1").is_dir()
 
 
-def test_ensemble_wiring_matches_the_models():
+ENSEMBLES = ["classify", "embed", "analyze"]
+
+
+@pytest.mark.parametrize("ensemble", ENSEMBLES)
+def test_ensemble_wiring_matches_the_models(ensemble):
     configs = {p.parent.name: load_config(p) for p in REPO.glob("*/config.pbtxt")}
-    ens = configs["classify"]
-    assert ens.platform == "ensemble" and (REPO / "classify" / "1" / ".gitkeep").is_file()
+    assert sorted(n for n, c in configs.items() if c.platform == "ensemble") == sorted(ENSEMBLES)
+    ens = configs[ensemble]
+    assert ens.platform == "ensemble" and (REPO / ensemble / "1" / ".gitkeep").is_file()
     produced = {i.name: (i.data_type, list(i.dims)) for i in ens.input}
     for step in ens.ensemble_scheduling.step:
         model = configs[step.model_name]
