@@ -4,39 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from PIL import Image
 
 from tritonprep.executors.cpu import CpuExecutor
 from tritonprep.executors.opencv import linear_window
 from tritonprep.geometry import ResizePlan, plan_resize, window_transform
 from tritonprep.spec import PreprocessSpec
+from tritonprep_testkit.compare import letterbox_sizes, ultralytics_letterbox
 from tritonprep_testkit.photos import encode
 
 cv2 = pytest.importorskip("cv2", reason="opencv-python-headless is in the test extra")
 
 YOLO = PreprocessSpec.from_parameters({"preset": "ultralytics"})
-
-
-def ultralytics_letterbox(img: np.ndarray, new_shape: tuple[int, int] = (640, 640)) -> tuple[np.ndarray, float, tuple]:
-    """Ultralytics' LetterBox (auto=False, scaleup=True, center=True) as its documentation and predictor
-    describe it, written here with OpenCV: the reference the preset must reproduce."""
-    shape = img.shape[:2]
-    r = min(new_shape[0] / shape[0], new_shape[1] / shape[1])
-    new_unpad = round(shape[1] * r), round(shape[0] * r)
-    dw, dh = (new_shape[1] - new_unpad[0]) / 2, (new_shape[0] - new_unpad[1]) / 2
-    if shape[::-1] != new_unpad:
-        img = cv2.resize(img, new_unpad, interpolation=cv2.INTER_LINEAR)
-    top, bottom = round(dh - 0.1), round(dh + 0.1)
-    left, right = round(dw - 0.1), round(dw + 0.1)
-    img = cv2.copyMakeBorder(img, top, bottom, left, right, cv2.BORDER_CONSTANT, value=(114, 114, 114))
-    return img, r, (left, top)
-
-
-def sizes(photos: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """Real photos at sizes that exercise the rounding: odd borders, exact 2x, upscaling, extreme aspect."""
-    src = Image.fromarray(photos["astronaut"])
-    shapes = [(1280, 720), (500, 375), (375, 500), (1280, 1280), (641, 479), (33, 2000), (320, 240), (1000, 999)]
-    return [*photos.values(), *(np.asarray(src.resize(s, Image.Resampling.LANCZOS)) for s in shapes)]
 
 
 def test_numpy_twin_is_bit_exact_with_opencv(photos):
@@ -62,7 +40,7 @@ def test_numpy_window_equals_the_window_of_the_full_resize(photos):
 def test_ultralytics_preset_equals_letterbox_on_the_cpu(photos):
     """The preset's output is Ultralytics' LetterBox (OpenCV resize, 114 borders, their rounding), RGB / 255."""
     ex = CpuExecutor(YOLO)
-    for arr in sizes(photos):
+    for arr in letterbox_sizes(photos):
         want, r, (left, top) = ultralytics_letterbox(arr)
         res = ex.run([encode(arr, "PNG")])
         assert not res.errors
