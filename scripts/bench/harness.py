@@ -8,9 +8,12 @@ Measures, for real-photo JPEG sets of 500x375, 1280x720, 1920x1080 and 3840x2160
   (c) NVIDIA DALI's mixed decode + resize + crop + normalize pipeline (best batch/threads);
   (d) the decode-only ceiling: nvImageCodec batch decode, 1 and 2 threads;
   and the full `classify` ensemble with the real classifier on the runtime present there.
+``--phase analyze`` measures decode-once instead: the `analyze` ensemble (two specs, one decode)
+against `classify` + `embed` as two ensembles over the same images (scripts/bench/decode_once.py).
 Writes results.md, results.csv, *.png and raw perf CSVs into --out, and prints the summary.
 
     python -m scripts.bench.harness --out /tmp/bench [--plan full|quick] [--skip dali,cpu,classify]
+    python -m scripts.bench.harness --out /tmp/bench-analyze --phase analyze [--config 4,200,1.0]
 """
 
 from __future__ import annotations
@@ -260,16 +263,28 @@ def load_sets(plan: dict, work: Path) -> tuple[dict[str, list[bytes]], dict[str,
     return sets, folders
 
 
+def _config(given: str | None, out: Path) -> tuple[int, int, float]:
+    """(instances, queue delay us, hw share): ``--config``, else the tuning phase's best, else a default."""
+    if given:
+        n, delay, share = given.split(",")
+        return int(n), int(delay), float(share)
+    if (out / "best.json").exists():
+        n, delay, share = json.loads((out / "best.json").read_text())
+        return int(n), int(delay), float(share)
+    return 4, 200, 1.0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--plan", choices=sorted(PLANS), default="full")
     parser.add_argument(
         "--phase",
-        choices=("tune", "main", "soak", "all"),
+        choices=("tune", "main", "soak", "all", "analyze"),
         default="all",
         help="tune: try the TUNE_GRID configs, keep the best in OUT/best.json; main: all measurements "
-        "with the best config; soak: constant load for --soak-seconds",
+        "with the best config; soak: constant load for --soak-seconds; analyze: the analyze ensemble "
+        "against classify + embed (decode once, serve two models); not part of all",
     )
     parser.add_argument("--skip", default="", help="comma list of: dali,cpu,classify,http,sizes,ceiling")
     parser.add_argument(
@@ -351,13 +366,7 @@ def main(argv: list[str] | None = None) -> int:
             summary["tuned_config"] = gpu_label(best[1])
 
     if args.phase in ("main", "all"):
-        if args.config:
-            n, delay, share = args.config.split(",")
-            cfg = (int(n), int(delay), float(share))
-        elif (out / "best.json").exists():
-            cfg = tuple(json.loads((out / "best.json").read_text()))  # type: ignore[assignment]
-        else:
-            cfg = (4, 200, 1.0)
+        cfg = _config(args.config, out)
         label = gpu_label(cfg)
         if "ceiling" not in skip:  # (d) decode-only ceiling
             for size in plan["sizes"]:
@@ -481,6 +490,35 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             server.__exit__(None, None, None)
 
+    if args.phase == "analyze":  # decode once, serve two models: scripts/bench/decode_once.py
+        from scripts.bench import decode_once
+
+        cfg = _config(args.config, out)
+        repo = make_repo(
+            work / "repo-analyze",
+            executor="gpu",
+            instances=cfg[0],
+            queue_delay_us=cfg[1],
+            hw_share=cfg[2],
+            with_classify=True,
+            sink_instances=2,
+        )
+        decode_once.add_models(repo, REPO / "model_repository")
+        server = start_server(repo, out / "triton-analyze.log")
+        try:
+
+            def sweep(model: str, batch: int, conc: int, perf_out: Path) -> list:
+                return perf_sweep.sweep(
+                    model, urls(server), sets["500x375"], ["grpc"], [batch], [conc], plan["interval"], perf_out,
+                    admin_key=server.admin_key,
+                )  # fmt: skip
+
+            new, lines = decode_once.compare(sweep, decode_once.GRID[args.plan], out, "500x375")
+        finally:
+            server.__exit__(None, None, None)
+        rows.extend(new)
+        summary["decode_once"] = [f"config: {gpu_label(cfg)}", *lines]
+
     rows_path.write_text(json.dumps(rows))
     summary_path.write_text(json.dumps(summary, indent=1, default=str))
     write_report(rows, summary, out)
@@ -563,6 +601,8 @@ def write_report(rows: list[dict], summary: dict, out: Path) -> None:
                 lines.append(
                     f"- GPU memory used, {k}: min {min(vals)} MiB, max {max(vals)} MiB over {len(vals)} samples"
                 )
+    if summary.get("decode_once"):
+        lines += ["", "## Decode once, serve two models (500x375, gRPC)", "", *summary["decode_once"]]  # type: ignore[list-item]
     if summary.get("profile_main"):
         lines += [
             "",
