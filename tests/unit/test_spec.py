@@ -9,7 +9,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from tritonprep.errors import ConfigError
-from tritonprep.spec import PARAMETERS, Limits, PreprocessSpec, parameter_table
+from tritonprep.spec import PARAMETERS, Limits, PreprocessSpec, parameter_table, provenance_table
 
 REPO = Path(__file__).resolve().parents[2] / "model_repository"
 
@@ -159,3 +159,4 @@ def test_a_choice_is_checked_once_in_code_as_in_config():
 def test_the_readme_lists_every_parameter_as_the_table_says():
     readme = (REPO.parent / "README.md").read_text()
     assert parameter_table() in readme, "README's parameter table differs from `python -m tritonprep.spec`"
+    assert provenance_table() in readme, "README's provenance table differs from `python -m tritonprep.spec`"
