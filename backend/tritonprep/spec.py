@@ -505,7 +505,9 @@ class PreprocessConfig:
         return cls(((name, spec),))
 
     @classmethod
-    def from_parameters(cls, params: Mapping[str, str], image_outputs: Sequence[str]) -> PreprocessConfig:
+    def from_parameters(
+        cls, params: Mapping[str, str], image_outputs: Sequence[str], provenance: Sequence[str] = ()
+    ) -> PreprocessConfig:
         """Build the spec of each image output from unprefixed and ``<OUTPUT>.``-prefixed parameters.
 
         For output ``X`` the layers are, later ones winning: the table defaults, the unprefixed
@@ -538,7 +540,7 @@ class PreprocessConfig:
                 outputs.append((name, PreprocessSpec._build({**base, **_with_preset(own[name])})))
             except ConfigError as e:
                 raise ConfigError(f"output {name!r}: {e}") from None
-        return cls(tuple(outputs))
+        return cls(tuple(outputs), tuple(provenance))
 
     @classmethod
     def from_model_config(cls, model_config: Mapping[str, Any]) -> PreprocessConfig:
@@ -558,8 +560,7 @@ class PreprocessConfig:
                     f"output {n!r} ends in {kind}, which names the provenance of image output {image!r}, "
                     f"but the config declares no output {image!r}; rename it or declare {image!r}"
                 )
-        config = cls.from_parameters(params, image_outputs)
-        config = cls(config.outputs, tuple(provenance))
+        config = cls.from_parameters(params, image_outputs, provenance)
         for name, spec in config.outputs:
             spec.check_output_config(model_config, name)
         outputs = {o["name"]: o for o in model_config.get("output", [])}

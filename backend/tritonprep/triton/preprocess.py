@@ -95,16 +95,15 @@ def plan_rows(batch: ImageBatch, image_outputs: Sequence[str]) -> tuple[dict[str
 def _request_response(
     config: PreprocessConfig,
     result: BatchResult,
-    errors: Mapping[int, PreprocessError],
     start: int,
     stop: int,
     first_rows: Mapping[str, int],
     requested: frozenset[str],
 ) -> Any:
     """The response of one request whose images are ``[start, stop)`` of ``result``."""
-    bad = next((i for i in range(start, stop) if i in errors), None)
+    bad = next((i for i in range(start, stop) if i in result.errors), None)
     if bad is not None:
-        return error_response_for(errors[bad], prefix=f"image {bad - start + 1} of {stop - start}: ")
+        return error_response_for(result.errors[bad], prefix=f"image {bad - start + 1} of {stop - start}: ")
     if stop == start:
         return error_response("request carries no image")
     k = stop - start
@@ -126,7 +125,7 @@ def image_responses(
             responses.append(
                 guarded(
                     lambda r=r, s=start, e=stop: _request_response(
-                        config, result, result.errors, s, e, first_rows[r], batch.requested[r]
+                        config, result, s, e, first_rows[r], batch.requested[r]
                     ),
                     r,
                     n,
@@ -283,7 +282,7 @@ class PreprocessModel:
                 responses.append(
                     guarded(
                         lambda res=res.result, r=r, k=stop - start: _request_response(
-                            self.config, res, res.errors, 0, k, {name: 0 for name in first_rows[r]}, batch.requested[r]
+                            self.config, res, 0, k, {name: 0 for name in first_rows[r]}, batch.requested[r]
                         ),
                         r,
                         n,
