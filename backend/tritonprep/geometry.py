@@ -58,6 +58,18 @@ def plan_resize(spec: PreprocessSpec, src_w: int, src_h: int) -> ResizePlan:
     return ResizePlan(src_w, src_h, out_w, out_h, 0, 0)
 
 
+def window_only(spec: PreprocessSpec, plan: ResizePlan) -> bool:
+    """Whether to resize only the output window: it lies inside the resized image and the full resize would be
+    larger than ``max_pixels`` (a pathological aspect ratio, say 1x20000, makes it gigapixels)."""
+    inside = (
+        plan.offset_x >= 0
+        and plan.offset_y >= 0
+        and plan.offset_x + spec.output_width <= plan.resized_w
+        and plan.offset_y + spec.output_height <= plan.resized_h
+    )
+    return inside and plan.resized_w * plan.resized_h > spec.limits.max_pixels
+
+
 class WindowTransform(NamedTuple):
     """How an output image relates to the original: ``x_original = (x_output - left) / scale_x``."""
 

@@ -18,7 +18,7 @@ from PIL import Image
 
 from ..decode.pillow import decode_pil
 from ..errors import ImageError
-from ..geometry import plan_resize
+from ..geometry import plan_resize, window_only
 from ..spec import PreprocessConfig, PreprocessSpec
 from .base import BatchResult, ImageInfo, Wanted, as_config, resolve_wanted
 from .opencv import import_cv2, resize_cv2
@@ -54,15 +54,8 @@ def resize_pil(spec: PreprocessSpec, im: Image.Image) -> tuple[np.ndarray, int, 
     out_w, out_h = spec.output_width, spec.output_height
     if (plan.resized_w, plan.resized_h) == (im.width, im.height):
         return np.asarray(im), plan.offset_x, plan.offset_y
-    inside = (
-        plan.offset_x >= 0
-        and plan.offset_y >= 0
-        and plan.offset_x + out_w <= plan.resized_w
-        and plan.offset_y + out_h <= plan.resized_h
-    )
-    if inside and plan.resized_w * plan.resized_h > spec.limits.max_pixels:
-        # A pathological aspect ratio (say 1x20000) would make the full resize gigapixels.
-        # Resize only the output window instead: Pillow's `box` uses the same centres and
+    if window_only(spec, plan):
+        # Resize only the output window: Pillow's `box` uses the same centres and
         # filter support, though float rounding moves some values by a few levels, which
         # is why ordinary images take the exact resize-then-crop path below.
         sx, sy = im.width / plan.resized_w, im.height / plan.resized_h

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import RuntimeUnavailable
-from ..geometry import ResizePlan, plan_resize
+from ..geometry import ResizePlan, plan_resize, window_only
 from ..spec import PreprocessSpec
 
 COEF_SCALE = 2048  # OpenCV's INTER_RESIZE_COEF_SCALE (11 fractional bits)
@@ -86,14 +86,8 @@ def resize_cv2(spec: PreprocessSpec, src: np.ndarray, cv2: Any) -> tuple[np.ndar
     out_w, out_h = spec.output_width, spec.output_height
     if (plan.resized_w, plan.resized_h) == (w, h):
         return src, plan.offset_x, plan.offset_y
-    inside = (
-        plan.offset_x >= 0
-        and plan.offset_y >= 0
-        and plan.offset_x + out_w <= plan.resized_w
-        and plan.offset_y + out_h <= plan.resized_h
-    )
-    if inside and plan.resized_w * plan.resized_h > spec.limits.max_pixels:
-        return linear_window(src, plan, out_w, out_h), 0, 0  # only the window: the full resize is too large
+    if window_only(spec, plan):
+        return linear_window(src, plan, out_w, out_h), 0, 0
     return (
         cv2.resize(src, (plan.resized_w, plan.resized_h), interpolation=cv2.INTER_LINEAR),
         plan.offset_x,
