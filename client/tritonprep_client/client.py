@@ -437,10 +437,11 @@ class ClassifyClient:
                     return
                 failure = self._wrap(error)
                 match = _IMAGE_ERROR.search(str(failure))
-                if isinstance(failure, InferenceFailed) and match and int(match.group(2)) == len(group) > 1:
+                if isinstance(failure, InferenceFailed) and match and int(match.group(2)) == len(group):
                     bad = group[int(match.group(1)) - 1]
                     answer(bad, InferenceFailed(str(failure)[match.end() :]))
-                    pending.put([i for i in group if i != bad])  # the others again, without it
+                    if len(group) > 1:
+                        pending.put([i for i in group if i != bad])  # the others again, without it
                 else:
                     for i in group:
                         answer(i, failure)
