@@ -4,7 +4,8 @@
 #   make test    - lint (ruff check + format check), then the test suite (real tritonserver processes;
 #                  GPU tests skip without a GPU)
 #   make lint    - ruff only; make format rewrites the files
-#   make model   - export EfficientNet-Lite0 to model_repository/classifier/1/model.onnx
+#   make model   - export EfficientNet-Lite0 to model_repository/classifier/1/model.onnx and its pooled
+#                  features (the embedder) to model_repository/embedder/1/model.onnx
 PYTHON      ?= python3
 VENV        ?= .venv
 EXPORT_VENV ?= .venv-export
@@ -12,6 +13,7 @@ EXPORT_VENV ?= .venv-export
 TORCH_SPEC  ?= torch==2.13.0
 PIP_FLAGS   ?= -q --disable-pip-version-check
 ONNX        := model_repository/classifier/1/model.onnx
+EMBED_ONNX  := model_repository/embedder/1/model.onnx
 PYTEST_ARGS ?=
 # The classifier's ONNX Runtime: auto (the GPU build for CUDA 13 where nvidia-smi lists a GPU, else the
 # CPU build), cu13, cu12 or none. onnxruntime and onnxruntime-gpu install the same module, so setup
@@ -39,9 +41,12 @@ $(EXPORT_VENV)/.installed: pyproject.toml
 $(ONNX): scripts/export_classifier.py | $(EXPORT_VENV)/.installed
 	$(EXPORT_VENV)/bin/python scripts/export_classifier.py --output $@
 
+$(EMBED_ONNX): scripts/export_embedder.py | $(EXPORT_VENV)/.installed
+	$(EXPORT_VENV)/bin/python scripts/export_embedder.py --output $@
+
 setup: $(INSTALLED)
 
-model: $(ONNX)
+model: $(ONNX) $(EMBED_ONNX)
 
 demo: setup model
 	$(VENV)/bin/python scripts/demo.py
@@ -65,4 +70,4 @@ test-gpu: setup model
 	$(VENV)/bin/python -m pytest -m gpu $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) $(EXPORT_VENV) $(ONNX) $(ONNX).json
+	rm -rf $(VENV) $(EXPORT_VENV) $(ONNX) $(ONNX).json $(EMBED_ONNX) $(EMBED_ONNX).json

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The main job in one command (`make demo`): start the embedded Triton server on this
-repository's model_repository/, classify real photos with the `tritonprep` CLI over gRPC
+repository's model_repository/, classify and embed real photos with the `tritonprep` CLI over gRPC
 and HTTP, then stop the server.
 
 The photos are scikit-image's sample images (a cat, an espresso, an astronaut, a rocket),
@@ -72,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
             code |= subprocess.call(
                 [str(cli), "classify", *targets, "--url", options.http_url, "--json", "--top-k", "1"]
             )
+            log.info("$ tritonprep embed %s --url %s --verbose", " ".join(targets), options.grpc_url)
+            code |= subprocess.call([str(cli), "embed", *targets, "--url", options.grpc_url, "--verbose"])
     except ServerError as e:
         log.error("%s", e)
         return 1

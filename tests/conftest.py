@@ -23,7 +23,7 @@ import pytest
 
 from tritonprep_testkit import leftovers
 from tritonprep_testkit.photos import encode, load_photos
-from tritonprep_testkit.servers import MODEL_REPOSITORY, ONNX, local_options
+from tritonprep_testkit.servers import EMBEDDER_ONNX, MODEL_REPOSITORY, ONNX, local_options
 
 #: seconds that what a session started may take to go once its last test is done
 SESSION_BOUND_S = float(os.environ.get("TRITONPREP_SESSION_BOUND_S", "20"))
@@ -79,8 +79,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """The embedded tritonserver serving model_repository/ (started once per session)."""
     from tritonprep.launcher.process import EmbeddedServer
 
-    if not ONNX.is_file():
-        pytest.fail(f"{ONNX} is missing: run `make model` (make test does it for you)")
+    for onnx in (ONNX, EMBEDDER_ONNX):
+        if not onnx.is_file():
+            pytest.fail(f"{onnx} is missing: run `make model` (make test does it for you)")
     log_path = tmp_path_factory.mktemp("triton") / "tritonserver.log"
     srv = EmbeddedServer(local_options(MODEL_REPOSITORY), log_path)
     with srv:

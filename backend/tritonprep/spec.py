@@ -10,6 +10,18 @@ list of numbers, a lower- or upper-cased word); every rule about values (choices
 fields that must agree) is checked once, when the frozen dataclass is built, whether it is
 built from a config or in code. ``python -m tritonprep.spec`` prints the table.
 
+**Several outputs from one decode.** The model may declare several image outputs in its
+``config.pbtxt``; each gets its own :class:`PreprocessSpec`. An unprefixed parameter sets every
+output; ``<OUTPUT>.<parameter>`` overrides it for that output only (``EMBED_PIXELS.resize_shorter``).
+Only the rows marked ``output`` in :data:`PARAMETERS` may be prefixed: decoding, the executor and
+the input limits are shared, because every image is decoded once for all outputs
+(:class:`PreprocessConfig`). A ``preset`` (:data:`PRESETS`) fills in a known model family's
+preprocessing (``ultralytics``: Ultralytics' LetterBox); explicit parameters override it.
+
+**Provenance outputs** (:data:`PROVENANCE`), optional, computed only when a request asks for them:
+``ORIGINAL_SIZE`` and ``DECODER`` per image, and ``<OUTPUT>_SCALE`` / ``<OUTPUT>_PADDING`` per image
+and image output (see :func:`tritonprep.geometry.window_transform`).
+
 Output values are ``(pixel - mean) / std`` computed in float32 and then cast to ``dtype``.
 """
 
@@ -17,7 +29,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,13 +38,34 @@ import numpy as np
 from .errors import ConfigError
 
 RESIZE_MODES = ("shorter_side_crop", "letterbox", "stretch")
-INTERPOLATIONS = ("bilinear", "bicubic")
+#: bilinear and bicubic are Pillow's antialiased filters; cv2_linear is OpenCV's INTER_LINEAR (no antialiasing)
+INTERPOLATIONS = ("bilinear", "bicubic", "cv2_linear")
 CHANNEL_ORDERS = ("RGB", "BGR")
 LAYOUTS = ("NCHW", "NHWC")
 DTYPES = ("FP32", "FP16")
 EXECUTORS = ("auto", "gpu", "cpu")
 GPU_DECODERS = ("nvimgcodec", "pillow")
 KNOWN_FORMATS = ("JPEG", "PNG", "WEBP", "BMP", "GIF", "TIFF")
+
+#: where a parameter applies: to each image output (may be prefixed) or to the model (shared by all outputs)
+OUTPUT, SHARED = "output", "shared"
+
+#: presets: parameter values of a model family, applied before the explicit parameters of their scope
+PRESETS: dict[str, dict[str, str]] = {
+    "none": {},
+    # Ultralytics' LetterBox as their predictors use it for exported YOLO models (auto=False, scaleup=True,
+    # center=True): the ratio min(out/in), the resized size and the borders rounded as LetterBox rounds them,
+    # cv2.resize INTER_LINEAR, border 114, RGB, pixel / 255
+    "ultralytics": {
+        "output_size": "640,640",
+        "resize": "letterbox",
+        "interpolation": "cv2_linear",
+        "pad_value": "114",
+        "mean": "0,0,0",
+        "std": "255,255,255",
+        "channel_order": "RGB",
+    },
+}
 
 #: Triton data_type string and numpy dtype of each output dtype
 TRITON_DTYPES = {"FP32": "TYPE_FP32", "FP16": "TYPE_FP16"}
@@ -107,28 +140,54 @@ class Parameter:
     read: Callable[[str, str], Any]
     default: str
     help: str
+    #: OUTPUT: may be set per image output as ``<OUTPUT>.<name>``; SHARED: one value for the model
+    scope: str = SHARED
 
 
 #: every parameter of the preprocess model, in the order the docs list them
 PARAMETERS: tuple[Parameter, ...] = (
-    Parameter("output_size", ("output_height", "output_width"), _ints(2), "224,224", "output height,width"),
+    Parameter(
+        "preset",
+        (),
+        _lower,
+        "none",
+        "none, or ultralytics: Ultralytics' LetterBox (640x640, letterbox, cv2_linear, pad 114, RGB, /255); "
+        "explicit parameters override it",
+        OUTPUT,
+    ),
+    Parameter("output_size", ("output_height", "output_width"), _ints(2), "224,224", "output height,width", OUTPUT),
     Parameter(
         "resize",
         "resize",
         _lower,
         "shorter_side_crop",
-        "shorter_side_crop (torchvision Resize(n) + CenterCrop), letterbox, stretch",
+        "shorter_side_crop (torchvision Resize(n) + CenterCrop), letterbox (Ultralytics' rounding), stretch",
+        OUTPUT,
     ),
-    Parameter("resize_shorter", "resize_shorter", _int, "256", "shorter side after resize, before the center crop"),
-    Parameter("interpolation", "interpolation", _lower, "bilinear", "Pillow's antialiased bilinear or bicubic"),
     Parameter(
-        "mean", "mean", _floats(3), "127,127,127", "per channel, on the 0..255 scale: out = (pixel - mean) / std"
+        "resize_shorter", "resize_shorter", _int, "256", "shorter side after resize, before the center crop", OUTPUT
     ),
-    Parameter("std", "std", _floats(3), "128,128,128", "per channel, on the 0..255 scale"),
-    Parameter("pad_value", "pad_value", _int, "0", "letterbox border (0..255, normalized like pixels)"),
-    Parameter("channel_order", "channel_order", _upper, "RGB", "RGB or BGR"),
-    Parameter("layout", "layout", _upper, "NCHW", "NCHW or NHWC"),
-    Parameter("dtype", "dtype", _upper, "FP32", "FP32 or FP16"),
+    Parameter(
+        "interpolation",
+        "interpolation",
+        _lower,
+        "bilinear",
+        "bilinear, bicubic (Pillow's antialiased filters) or cv2_linear (OpenCV's INTER_LINEAR, no antialiasing)",
+        OUTPUT,
+    ),
+    Parameter(
+        "mean",
+        "mean",
+        _floats(3),
+        "127,127,127",
+        "per channel, on the 0..255 scale: out = (pixel - mean) / std",
+        OUTPUT,
+    ),
+    Parameter("std", "std", _floats(3), "128,128,128", "per channel, on the 0..255 scale", OUTPUT),
+    Parameter("pad_value", "pad_value", _int, "0", "letterbox border (0..255, normalized like pixels)", OUTPUT),
+    Parameter("channel_order", "channel_order", _upper, "RGB", "RGB or BGR", OUTPUT),
+    Parameter("layout", "layout", _upper, "NCHW", "NCHW or NHWC", OUTPUT),
+    Parameter("dtype", "dtype", _upper, "FP32", "FP32 or FP16", OUTPUT),
     Parameter("executor", "executor", _lower, "auto", "auto (GPU on a GPU instance), gpu, cpu"),
     Parameter("cpu_threads", "cpu_threads", _int, "0", "CPU decode/resize threads (0: one per core, at most 8)"),
     Parameter(
@@ -188,6 +247,31 @@ PARAMETERS: tuple[Parameter, ...] = (
         "formats Pillow may open",
     ),
 )
+
+
+@dataclass(frozen=True)
+class ProvenanceOutput:
+    """An optional per-image output that says how an image was decoded and transformed."""
+
+    data_type: str
+    dims: tuple[int, ...]
+    help: str
+
+
+#: the provenance outputs by name; ``_SCALE`` and ``_PADDING`` are suffixes of an image output's name
+PROVENANCE: dict[str, ProvenanceOutput] = {
+    "ORIGINAL_SIZE": ProvenanceOutput(
+        "TYPE_INT32", (2,), "width, height of the decoded image (upright: EXIF orientation applied)"
+    ),
+    "DECODER": ProvenanceOutput("TYPE_STRING", (1,), "how it was decoded: gpu_hw, gpu_cuda, cpu_fallback or cpu"),
+    "_SCALE": ProvenanceOutput(
+        "TYPE_FP32", (2,), "x, y: resized / original size; output pixel x maps to original (x - left) / scale_x"
+    ),
+    "_PADDING": ProvenanceOutput(
+        "TYPE_INT32", (4,), "left, top, right, bottom border in output pixels (negative: cropped away)"
+    ),
+}
+PROVENANCE_SUFFIXES = ("_SCALE", "_PADDING")
 
 
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -321,19 +405,24 @@ class PreprocessSpec:
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_parameters(cls, params: Mapping[str, str]) -> PreprocessSpec:
-        """Build a spec from plain ``{name: value}`` strings; unknown names are an error."""
-        table = {p.name: p for p in PARAMETERS}
-        unknown = sorted(set(params) - set(table))
+        """Build a spec from plain unprefixed ``{name: value}`` strings (a ``preset`` first, then the
+        others); unknown names are an error."""
+        unknown = sorted(set(params) - set(_TABLE))
         if unknown:
-            raise ConfigError(f"unknown preprocess parameter(s) {unknown}; known: {sorted(table)}")
+            raise ConfigError(f"unknown preprocess parameter(s) {unknown}; known: {sorted(_TABLE)}")
+        return cls._build(_with_preset(params))
+
+    @classmethod
+    def _build(cls, values: Mapping[str, str]) -> PreprocessSpec:
+        """Read each value with its row of :data:`PARAMETERS` and build the (validated) spec."""
         spec_kw: dict[str, Any] = {}
         limits_kw: dict[str, Any] = {}
-        for name, text in params.items():
-            p = table[name]
+        for name, text in values.items():
+            p = _TABLE[name]
             value = p.read(name, text)
             targets = p.target if isinstance(p.target, tuple) else (p.target,)
-            values = value if isinstance(p.target, tuple) else (value,)
-            for target, v in zip(targets, values):
+            values_ = value if isinstance(p.target, tuple) else (value,)
+            for target, v in zip(targets, values_):
                 if target.startswith("limits."):
                     limits_kw[target.split(".", 1)[1]] = v
                 else:
@@ -342,12 +431,11 @@ class PreprocessSpec:
 
     @classmethod
     def from_model_config(cls, model_config: Mapping[str, Any], output_name: str = "PIXELS") -> PreprocessSpec:
-        """Build a spec from Triton's JSON model config and check it against the output tensor."""
-        raw = model_config.get("parameters", {}) or {}
-        params = {k: (v.get("string_value", "") if isinstance(v, Mapping) else str(v)) for k, v in raw.items()}
-        spec = cls.from_parameters(params)
-        spec.check_output_config(model_config, output_name)
-        return spec
+        """The spec of image output ``output_name`` of Triton's JSON model config (checked like the whole config)."""
+        specs = PreprocessConfig.from_model_config(model_config).specs
+        if output_name not in specs:
+            raise ConfigError(f"model config has no output named {output_name!r} (image outputs: {sorted(specs)})")
+        return specs[output_name]
 
     def check_output_config(self, model_config: Mapping[str, Any], output_name: str) -> None:
         """Raise :class:`ConfigError` unless the output tensor's dims and type match the spec."""
@@ -366,17 +454,177 @@ class PreprocessSpec:
                 f"output {output_name!r} has data_type {out.get('data_type')} but parameter dtype is "
                 f"{self.dtype} ({self.triton_dtype}); make them agree"
             )
-        max_batch = int(model_config.get("max_batch_size", 0))
-        if max_batch < 1:
+
+
+_TABLE: dict[str, Parameter] = {p.name: p for p in PARAMETERS}
+
+#: the spec fields every output of one model shares: one decode per image serves all outputs
+SHARED_FIELDS: tuple[str, ...] = tuple(
+    dict.fromkeys(
+        t.split(".")[0]
+        for p in PARAMETERS
+        if p.scope == SHARED
+        for t in (p.target if isinstance(p.target, tuple) else (p.target,))
+    )
+)
+
+
+def _with_preset(params: Mapping[str, str]) -> dict[str, str]:
+    """``params`` with its ``preset`` expanded: the preset's values, overridden by the explicit ones."""
+    preset = _lower("preset", params.get("preset", "none"))
+    if preset not in PRESETS:
+        raise ConfigError(f"preset must be one of {', '.join(PRESETS)}; got {preset!r}")
+    return {**PRESETS[preset], **{k: v for k, v in params.items() if k != "preset"}}
+
+
+def provenance_of(name: str) -> tuple[str, str | None]:
+    """``(kind, image output)`` of a provenance output name: ``("DECODER", None)``, ``("_SCALE", "PIXELS")``
+    for ``PIXELS_SCALE``; ``("", None)`` for a name that is not one."""
+    if name in PROVENANCE:
+        return name, None
+    for suffix in PROVENANCE_SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return suffix, name[: -len(suffix)]
+    return "", None
+
+
+@dataclass(frozen=True)
+class PreprocessConfig:
+    """Everything one preprocess model produces: its image outputs, each with its own spec, from one
+    decode per image, and the provenance outputs it offers (computed only when requested)."""
+
+    #: (output name, spec) of each image output, in config order
+    outputs: tuple[tuple[str, PreprocessSpec], ...]
+    #: names of the provenance outputs the model declares (see :data:`PROVENANCE`)
+    provenance: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.outputs:
+            raise ConfigError("the preprocess model declares no image output; add one (e.g. PIXELS) to config.pbtxt")
+        names = [n for n, _ in self.outputs]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"image output names must be unique, got {names}")
+        first_name, first = self.outputs[0]
+        for name, spec in self.outputs[1:]:
+            for f in SHARED_FIELDS:
+                if getattr(spec, f) != getattr(first, f):
+                    raise ConfigError(
+                        f"output {name!r} has {f}={getattr(spec, f)!r} but {first_name!r} has {getattr(first, f)!r}; "
+                        "decoding, the executor and the limits are shared by all outputs (one decode per image)"
+                    )
+        for p in self.provenance:
+            kind, image = provenance_of(p)
+            if not kind or (image is not None and image not in names):
+                raise ConfigError(
+                    f"{p!r} is not a provenance output of this model: use ORIGINAL_SIZE, DECODER or "
+                    f"<image output>_SCALE / _PADDING with an image output of {names}"
+                )
+
+    @property
+    def specs(self) -> dict[str, PreprocessSpec]:
+        """``{image output name: spec}``."""
+        return dict(self.outputs)
+
+    @property
+    def shared(self) -> PreprocessSpec:
+        """A spec holding the settings all outputs share (decoding, executor, limits): the first one."""
+        return self.outputs[0][1]
+
+    @classmethod
+    def single(cls, spec: PreprocessSpec, name: str = "PIXELS") -> PreprocessConfig:
+        """A model with one image output and no provenance outputs."""
+        return cls(((name, spec),))
+
+    @classmethod
+    def from_parameters(
+        cls, params: Mapping[str, str], image_outputs: Sequence[str], provenance: Sequence[str] = ()
+    ) -> PreprocessConfig:
+        """Build the spec of each image output from unprefixed and ``<OUTPUT>.``-prefixed parameters.
+
+        For output ``X`` the layers are, later ones winning: the table defaults, the unprefixed
+        ``preset``, the unprefixed parameters, ``X.preset``, the ``X.`` parameters.
+        """
+        common: dict[str, str] = {}
+        own: dict[str, dict[str, str]] = {name: {} for name in image_outputs}
+        for key, text in params.items():
+            output, _, name = key.rpartition(".")
+            if name not in _TABLE:
+                raise ConfigError(f"unknown preprocess parameter {key!r}; known: {sorted(_TABLE)}")
+            if not output:
+                common[name] = text
+            elif _TABLE[name].scope != OUTPUT:
+                raise ConfigError(
+                    f"parameter {key!r}: {name} is shared by all outputs (each image is decoded once for all of "
+                    f"them); set it without the {output + '.'!r} prefix"
+                )
+            elif output not in own:
+                raise ConfigError(
+                    f"parameter {key!r} names {output!r}, which is not an image output of this model "
+                    f"(image outputs: {list(image_outputs)})"
+                )
+            else:
+                own[output][name] = text
+        base = _with_preset(common)
+        outputs = []
+        for name in image_outputs:
+            try:
+                outputs.append((name, PreprocessSpec._build({**base, **_with_preset(own[name])})))
+            except ConfigError as e:
+                raise ConfigError(f"output {name!r}: {e}") from None
+        return cls(tuple(outputs), tuple(provenance))
+
+    @classmethod
+    def from_model_config(cls, model_config: Mapping[str, Any]) -> PreprocessConfig:
+        """Build the config from Triton's JSON model config; every output must agree with its parameters."""
+        raw = model_config.get("parameters", {}) or {}
+        params = {k: (v.get("string_value", "") if isinstance(v, Mapping) else str(v)) for k, v in raw.items()}
+        declared = [o["name"] for o in model_config.get("output", [])]
+        image_outputs, provenance = [], []
+        for n in declared:
+            kind, image = provenance_of(n)
+            if not kind:
+                image_outputs.append(n)
+            elif image is None or image in declared:
+                provenance.append(n)
+            else:
+                raise ConfigError(
+                    f"output {n!r} ends in {kind}, which names the provenance of image output {image!r}, "
+                    f"but the config declares no output {image!r}; rename it or declare {image!r}"
+                )
+        config = cls.from_parameters(params, image_outputs, provenance)
+        for name, spec in config.outputs:
+            spec.check_output_config(model_config, name)
+        outputs = {o["name"]: o for o in model_config.get("output", [])}
+        for name in provenance:
+            want = PROVENANCE[provenance_of(name)[0]]
+            got = outputs[name]
+            dims = tuple(int(d) for d in got.get("dims", []))
+            if (got.get("data_type"), dims) != (want.data_type, want.dims):
+                raise ConfigError(
+                    f"provenance output {name!r} must be {want.data_type} with dims {list(want.dims)} "
+                    f"({want.help}); the config has {got.get('data_type')} {list(dims)}"
+                )
+        if int(model_config.get("max_batch_size", 0)) < 1:
             raise ConfigError("the preprocess model needs max_batch_size >= 1 (images travel along the batch dim)")
+        return config
 
 
 def parameter_table() -> str:
-    """The parameters as a Markdown table (name, default, meaning), as the README shows them."""
-    rows = ["| parameter | default | meaning |", "|---|---|---|"]
-    rows += [f"| `{p.name}` | `{p.default}` | {p.help} |" for p in PARAMETERS]
+    """The parameters as a Markdown table (name, scope, default, meaning), as the README shows them."""
+    rows = ["| parameter | per output | default | meaning |", "|---|---|---|---|"]
+    rows += [f"| `{p.name}` | {'yes' if p.scope == OUTPUT else 'no'} | `{p.default}` | {p.help} |" for p in PARAMETERS]
+    return "\n".join(rows)
+
+
+def provenance_table() -> str:
+    """The provenance outputs as a Markdown table, as the README shows them."""
+    rows = ["| output | data_type, dims | per image |", "|---|---|---|"]
+    rows += [
+        f"| `{'<OUTPUT>' + n if n.startswith('_') else n}` | `{p.data_type}` `{list(p.dims)}` | {p.help} |"
+        for n, p in PROVENANCE.items()
+    ]
     return "\n".join(rows)
 
 
 if __name__ == "__main__":
-    sys.stdout.write(parameter_table() + "\n")
+    sys.stdout.write(parameter_table() + "\n\n" + provenance_table() + "\n")

@@ -1,18 +1,20 @@
-"""tritonprep client: classify images with a Triton server running the tritonprep ensemble.
+"""tritonprep client: classify and embed images with a Triton server running the tritonprep ensembles.
 
-* :mod:`tritonprep_client.client` - :class:`ClassifyClient` (gRPC and HTTP)
+* :mod:`tritonprep_client.client` - :class:`ClassifyClient` (gRPC and HTTP), :class:`ImageResult`, :class:`Provenance`
 * :mod:`tritonprep_client.cli` - the ``tritonprep`` command line
 * :mod:`tritonprep_client.errors` - client exceptions
 """
 
-from .client import ClassifyClient, Prediction, image_input, images_array
+from .client import ClassifyClient, ImageResult, Prediction, Provenance, image_input, images_array
 from .errors import ClientError, InferenceFailed, ServerUnavailable
 
 __all__ = [
     "ClassifyClient",
     "ClientError",
+    "ImageResult",
     "InferenceFailed",
     "Prediction",
+    "Provenance",
     "ServerUnavailable",
     "image_input",
     "images_array",

@@ -1,10 +1,13 @@
 """The ``tritonprep`` command line.
 
-``tritonprep classify PATH...`` sends each image (files, or every image in a folder) to the
-``classify`` ensemble and prints its top-k ImageNet classes; ``--json`` prints one JSON
-object per image instead. ``tritonprep serve`` runs the embedded Triton server (needs the
-``server`` extra). A failure that concerns one image is reported for that image and the
-others still get their answers; the exit code is 1 if anything failed.
+``tritonprep classify PATH...`` sends the images (files, or every image in a folder) to the
+``classify`` ensemble and prints each one's top-k ImageNet classes; ``--json`` prints one JSON
+object per image instead. ``tritonprep embed PATH...`` sends them to the ``embed`` ensemble and
+prints or saves each one's embedding (``--json``, or ``--npy OUT`` for one float32 array).
+Images travel up to ``--batch-size`` per request; ``--verbose`` adds how each image was decoded
+and transformed (the provenance outputs). ``tritonprep serve`` runs the embedded Triton server
+(needs the ``server`` extra). A failure that concerns one image is reported for that image and
+the others still get their answers; the exit code is 1 if anything failed.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from .errors import ClientError, ServerUnavailable
 
@@ -66,21 +69,34 @@ class Progress:
             self.stream.flush()
 
 
+def _provenance_text(prov: Any) -> str:
+    """One line: how the image was decoded and how each network input was cut from it."""
+    parts = [f"decoded by {prov.decoder}, {prov.width}x{prov.height}"]
+    for name, (sx, sy, left, top, right, bottom) in prov.transforms.items():
+        parts.append(f"{name} scale {sx:.4f} x {sy:.4f}, padding l{left} t{top} r{right} b{bottom}")
+    return "; ".join(parts)
+
+
 def _print_text(name: str, predictions: list, out: TextIO) -> None:
     out.write(f"{name}\n")
     for rank, p in enumerate(predictions, 1):
         out.write(f"  {rank}. {p.label:<30} (class {p.index:>3})  {p.score:7.2%}\n")
 
 
-def classify_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    """Run ``tritonprep classify``; return the exit code."""
+def images_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Run ``tritonprep classify`` or ``tritonprep embed``; return the exit code."""
     try:
+        import numpy as np
+
         from .client import ClassifyClient
     except ImportError as e:
         raise UsageError(f"the client needs tritonclient: pip install 'tritonprep[client]' ({e})") from None
 
-    if args.top_k < 1:
+    classify = args.command == "classify"
+    if classify and args.top_k < 1:
         raise UsageError("--top-k must be at least 1")
+    if not 1 <= args.batch_size <= 64:
+        raise UsageError("--batch-size must be between 1 and 64 (the server's max_images_per_request)")
     items = expand_paths(args.paths)
     failed = 0
 
@@ -101,17 +117,22 @@ def classify_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             readable.append((name, path.read_bytes()))  # type: ignore[union-attr]
         except OSError as e:
             report_error(name, f"cannot read: {e.strerror or e}")
+    rows: list[Any] = []
     if readable:
         with ClassifyClient(
             args.url, args.protocol, model=args.model, timeout_s=args.timeout, concurrency=args.concurrency
         ) as client:
             client.check_server()
-            available = client.max_top_k()
-            if args.top_k > available:
-                raise UsageError(f"--top-k {args.top_k}: the server returns at most {available} classes per image")
+            if classify:
+                available = client.max_top_k()
+                if args.top_k > available:
+                    raise UsageError(f"--top-k {args.top_k}: the server returns at most {available} classes per image")
+            names = client.output_names(predictions=classify, embedding=not classify, provenance=args.verbose)
             progress = Progress(len(readable), err)
-            results: dict[int, object] = {}
-            for i, result in client.classify_each([data for _, data in readable], top_k=args.top_k):
+            results: dict[int, Any] = {}
+            data = [d for _, d in readable]
+            top_k = args.top_k if classify else None
+            for i, result in client.infer_each(data, names, top_k=top_k, batch_size=args.batch_size):
                 results[i] = result
                 progress.step()
             progress.clear()
@@ -121,21 +142,37 @@ def classify_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                     if isinstance(result, ServerUnavailable):
                         raise result
                     report_error(name, str(result))
-                elif args.json:
-                    out.write(json.dumps({"file": name, "predictions": [p.as_dict() for p in result]}) + "\n")
+                    continue
+                record: dict[str, Any] = {"file": name}
+                if classify:
+                    record["predictions"] = [p.as_dict() for p in result.predictions]
+                elif args.npy:
+                    record["row"] = len(rows)
+                    rows.append(result.embedding)
                 else:
-                    _print_text(name, result, out)  # type: ignore[arg-type]
+                    record["embedding"] = [round(float(v), 6) for v in result.embedding]
+                if result.provenance is not None:
+                    record["provenance"] = result.provenance.as_dict()
+                if args.json:
+                    out.write(json.dumps(record) + "\n")
+                    continue
+                if classify:
+                    _print_text(name, result.predictions, out)
+                elif args.npy:
+                    out.write(f"{name}  row {record['row']}\n")
+                else:
+                    e = result.embedding
+                    head = " ".join(f"{v:+.4f}" for v in e[:4])
+                    out.write(f"{name}  {len(e)}-d, norm {float(np.linalg.norm(e)):.4f}: [{head} ...]\n")
+                if result.provenance is not None:
+                    out.write(f"  {_provenance_text(result.provenance)}\n")
+    if not classify and args.npy:
+        np.save(args.npy, np.stack(rows).astype(np.float32) if rows else np.zeros((0, 0), np.float32))
     out.flush()
     return 1 if failed else 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``tritonprep``."""
-    parser = argparse.ArgumentParser(
-        prog="tritonprep", description="Classify images with a Triton server running tritonprep."
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    c = sub.add_parser("classify", help="classify image files or folders", description=__doc__.split("\n\n")[1])
+def _common_arguments(c: argparse.ArgumentParser, model: str) -> None:
     c.add_argument("paths", nargs="+", metavar="PATH", help="image files and/or folders of images")
     c.add_argument(
         "--url",
@@ -143,11 +180,39 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: localhost:8001 for gRPC, localhost:8000 for HTTP)",
     )
     c.add_argument("--protocol", choices=("grpc", "http"), help="default: grpc, or the URL's scheme")
-    c.add_argument("--top-k", type=int, default=5, help="classes to show per image (default: %(default)s)")
     c.add_argument("--json", action="store_true", help="one JSON object per image on stdout")
-    c.add_argument("--model", default="classify", help="ensemble to call (default: %(default)s)")
+    c.add_argument("--model", default=model, help="ensemble to call (default: %(default)s)")
+    c.add_argument(
+        "--batch-size",
+        type=int,
+        default=8,
+        help="images per request, 1..64 (default: %(default)s); a bad image still fails only itself",
+    )
     c.add_argument("--concurrency", type=int, default=8, help="requests in flight (default: %(default)s)")
     c.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default: %(default)s)")
+    c.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also show how each image was decoded and transformed (size, decoder, scale, padding)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``tritonprep``."""
+    parser = argparse.ArgumentParser(
+        prog="tritonprep", description="Classify and embed images with a Triton server running tritonprep."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("classify", help="classify image files or folders", description=__doc__.split("\n\n")[1])
+    _common_arguments(c, "classify")
+    c.add_argument("--top-k", type=int, default=5, help="classes to show per image (default: %(default)s)")
+    e = sub.add_parser(
+        "embed", help="embed image files or folders (1280-d unit vectors)", description=__doc__.split("\n\n")[1]
+    )
+    _common_arguments(e, "embed")
+    e.add_argument(
+        "--npy", metavar="OUT", type=Path, help="save the embeddings as one float32 array [n, 1280] (rows in order)"
+    )
     sub.add_parser(
         "serve", help="run the embedded Triton server (needs tritonprep[server]); see `tritonprep serve --help`"
     )
@@ -166,7 +231,7 @@ def run(argv: Sequence[str], out: TextIO = sys.stdout, err: TextIO = sys.stderr)
         return serve_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
-        return classify_command(args, out, err)
+        return images_command(args, out, err)
     except UsageError as e:
         err.write(f"tritonprep: error: {e}\n")
         return 2

@@ -1,19 +1,27 @@
-"""Client library: send encoded images to the ``classify`` ensemble, get predictions back.
+"""Client library: send encoded images to the tritonprep ensembles, get predictions and embeddings back.
 
 One class, :class:`ClassifyClient`, serves both of Triton's protocols; the protocol
 differences live in two small adapters over ``tritonclient.grpc`` and ``tritonclient.http``.
 Images travel as they are on disk (JPEG, PNG, ...) in a BYTES tensor of shape ``[n, 1]``
 with ``binary_data`` on, the way NVIDIA's ``ensemble_image_client.py`` sends them.
+
+The ensembles: ``classify`` (top-k ImageNet classes), ``embed`` (an L2-normalised embedding) and
+``analyze`` (both, from one decode). Each also offers provenance outputs per image (the decoded
+size, the decoder path, the scale and borders of each network input), fetched only on request
+(:class:`Provenance`). :meth:`ClassifyClient.infer_each` sends images in multi-image requests and
+still gives every image its own answer: when a request fails because of one image (the server
+names it, ``image k of n``), that image gets the error and the others are sent again without it.
 """
 
 from __future__ import annotations
 
 import importlib
 import queue
+import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
@@ -24,6 +32,12 @@ from .errors import ClientError, InferenceFailed, ServerUnavailable
 
 INPUT = "IMAGE"
 OUTPUTS = ("SCORES", "CLASS_IDS", "LABELS")
+EMBEDDING = "EMBEDDING"
+#: provenance outputs: these two, and <network input>_SCALE / _PADDING for each network input
+PROVENANCE = ("ORIGINAL_SIZE", "DECODER")
+PROVENANCE_SUFFIXES = ("_SCALE", "_PADDING")
+#: the server's error for one bad image of a multi-image request (tritonprep.triton.preprocess)
+_IMAGE_ERROR = re.compile(r"image (\d+) of (\d+): ")
 
 
 @dataclass(frozen=True)
@@ -37,6 +51,52 @@ class Prediction:
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {"index": self.index, "label": self.label, "score": round(self.score, 6)}
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """How the server decoded and transformed one image.
+
+    ``transforms[input] = (scale_x, scale_y, left, top, right, bottom)`` for each network input
+    (e.g. ``PIXELS``): a point at ``(x, y)`` in that input maps to ``((x - left) / scale_x,
+    (y - top) / scale_y)`` in the original (upright) image; negative borders were cropped away.
+    """
+
+    width: int
+    height: int
+    decoder: str  # gpu_hw, gpu_cuda, cpu_fallback or cpu
+    transforms: dict[str, tuple[float, float, int, int, int, int]] = field(default_factory=dict)
+
+    def to_original(self, name: str, x: float, y: float) -> tuple[float, float]:
+        """Map a point of network input ``name`` (a box corner, say) back to the original image's pixels."""
+        sx, sy, left, top, _, _ = self.transforms[name]
+        return (x - left) / sx, (y - top) / sy
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "width": self.width,
+            "height": self.height,
+            "decoder": self.decoder,
+            **{
+                name: {"scale": [round(t[0], 6), round(t[1], 6)], "padding": list(t[2:])}
+                for name, t in self.transforms.items()
+            },
+        }
+
+
+@dataclass
+class ImageResult:
+    """What the server returned for one image: predictions, embedding and provenance, as requested."""
+
+    predictions: list[Prediction] | None = None
+    embedding: np.ndarray | None = None
+    provenance: Provenance | None = None
+
+
+def is_provenance(name: str) -> bool:
+    """Whether an output name is a provenance output."""
+    return name in PROVENANCE or name.endswith(PROVENANCE_SUFFIXES)
 
 
 def parse_url(url: str | None, protocol: str | None) -> tuple[str, str]:
@@ -225,6 +285,37 @@ class ClassifyClient:
             return ServerUnavailable(f"cannot reach Triton at {self.target} over {self.protocol}: {self._describe(e)}")
         return InferenceFailed(self._describe(e))
 
+    def _provenance(self, result: Any, n: int, names: Sequence[str]) -> list[Provenance]:
+        size = result.as_numpy("ORIGINAL_SIZE").reshape(n, 2)
+        decoder = result.as_numpy("DECODER").reshape(n)
+        inputs = sorted({name[: -len("_SCALE")] for name in names if name.endswith("_SCALE")})
+        scales = {i: result.as_numpy(f"{i}_SCALE").reshape(n, 2) for i in inputs}
+        pads = {i: result.as_numpy(f"{i}_PADDING").reshape(n, 4) for i in inputs}
+        return [
+            Provenance(
+                int(size[k, 0]),
+                int(size[k, 1]),
+                decoder[k].decode("utf-8", "replace"),
+                {i: (float(scales[i][k, 0]), float(scales[i][k, 1]), *(int(v) for v in pads[i][k])) for i in inputs},
+            )
+            for k in range(n)
+        ]
+
+    def _results(self, result: Any, n: int, names: Sequence[str], top_k: int | None) -> list[ImageResult]:
+        """One :class:`ImageResult` per image of a response that carries the outputs ``names``."""
+        out = [ImageResult() for _ in range(n)]
+        if "SCORES" in names:
+            for r, p in zip(out, self._predictions(result, n, top_k)):
+                r.predictions = p
+        if EMBEDDING in names:
+            emb = result.as_numpy(EMBEDDING).reshape(n, -1)
+            for r, e in zip(out, emb):
+                r.embedding = e
+        if "ORIGINAL_SIZE" in names:
+            for r, p in zip(out, self._provenance(result, n, names)):
+                r.provenance = p
+        return out
+
     def _predictions(self, result: Any, n: int, top_k: int | None) -> list[list[Prediction]]:
         scores = result.as_numpy("SCORES").reshape(n, -1)
         ids = result.as_numpy("CLASS_IDS").reshape(n, -1)
@@ -244,15 +335,33 @@ class ClassifyClient:
         except self.errors as e:
             raise self._wrap(e) from None
 
-    def max_top_k(self) -> int:
-        """How many predictions per image the server returns (the ``SCORES`` dims)."""
+    def outputs(self, model: str | None = None) -> dict[str, list[int]]:
+        """``{output name: shape}`` of ``model`` (default: this client's model), from the server's metadata."""
         try:
-            outputs = {o["name"]: o["shape"] for o in self._impl.metadata(self.model)["outputs"]}
+            return {o["name"]: o["shape"] for o in self._impl.metadata(model or self.model)["outputs"]}
         except self.errors as e:
             raise self._wrap(e) from None
+
+    def max_top_k(self) -> int:
+        """How many predictions per image the server returns (the ``SCORES`` dims)."""
+        outputs = self.outputs()
         if "SCORES" not in outputs:
             raise ClientError(f"model {self.model!r} has no SCORES output; is it the tritonprep classify ensemble?")
         return int(outputs["SCORES"][-1])
+
+    def output_names(self, *, predictions: bool, embedding: bool, provenance: bool) -> list[str]:
+        """The outputs of this client's model to request, checked against what the model offers."""
+        offered = self.outputs()
+        wanted = [*(OUTPUTS if predictions else ()), *((EMBEDDING,) if embedding else ())]
+        missing = [n for n in wanted if n not in offered]
+        if missing:
+            raise ClientError(f"model {self.model!r} has no output {', '.join(missing)} (it offers {sorted(offered)})")
+        if provenance:
+            names = [n for n in offered if is_provenance(n)]
+            if not set(PROVENANCE) <= set(names):
+                raise ClientError(f"model {self.model!r} offers no provenance outputs (ORIGINAL_SIZE, DECODER)")
+            wanted += names
+        return wanted
 
     def classify(self, images: Sequence[bytes], top_k: int | None = None) -> list[list[Prediction]]:
         """Classify ``images`` in one request; the whole request fails if one image is bad."""
@@ -272,30 +381,94 @@ class ClassifyClient:
         Yields ``(index, result)`` in completion order; ``result`` is the image's
         predictions or its :class:`ClientError`. One bad image fails only itself.
         """
-        finished: queue.Queue[tuple[int, list[Prediction] | ClientError]] = queue.Queue()
+        for i, result in self.infer_each(images, OUTPUTS, top_k=top_k, batch_size=1):
+            yield i, result if isinstance(result, ClientError) else result.predictions  # type: ignore[misc]
+
+    def embed(self, images: Sequence[bytes], model: str = "embed") -> np.ndarray:
+        """Embed ``images`` in one request: float32 ``[n, 1280]`` unit vectors (the request fails if one image is
+        bad)."""
+        if not images:
+            return np.zeros((0, 0), np.float32)
+        try:
+            result = self._impl.infer(model, [image_input(images, self._impl.m)], self._impl.outputs([EMBEDDING]))
+        except self.errors as e:
+            raise self._wrap(e) from None
+        return result.as_numpy(EMBEDDING).reshape(len(images), -1).astype(np.float32, copy=False)
+
+    def infer_each(
+        self,
+        images: Sequence[bytes],
+        outputs: Sequence[str],
+        *,
+        top_k: int | None = None,
+        batch_size: int = 8,
+    ) -> Iterator[tuple[int, ImageResult | ClientError]]:
+        """Run this client's model on every image, up to ``batch_size`` images per request, ``concurrency``
+        requests in flight; yields ``(index, result)`` in completion order, one per image.
+
+        One bad image fails only itself: the server fails a request at its first bad image and names it
+        (``image k of n: ...``), so that image gets the error (without the prefix) and the request's
+        other images are sent again without it, until every image has an answer. Any other failure of a
+        request (server unreachable, overloaded) is the answer of each of its images.
+        """
+        if batch_size < 1:
+            raise ClientError(f"batch_size must be at least 1, got {batch_size}")
+        finished: queue.Queue[tuple[int, ImageResult | ClientError]] = queue.Queue()
         slots = threading.Semaphore(self.concurrency)
+        pending: queue.Queue[list[int] | None] = queue.Queue()
+        for start in range(0, len(images), batch_size):
+            pending.put(list(range(start, min(start + batch_size, len(images)))))
+        outstanding = [len(images)]  # images without an answer yet
+        lock = threading.Lock()
+
+        def answer(i: int, result: ImageResult | ClientError) -> None:
+            finished.put((i, result))
+            with lock:
+                outstanding[0] -= 1
+                if outstanding[0] == 0:
+                    pending.put(None)  # wake the submitter: nothing left
+
+        def done(group: list[int], result: Any, error: BaseException | None) -> None:
+            try:
+                if error is None:
+                    results = self._results(result, len(group), outputs, top_k)
+                    for i, r in zip(group, results):
+                        answer(i, r)
+                    return
+                failure = self._wrap(error)
+                match = _IMAGE_ERROR.search(str(failure))
+                if isinstance(failure, InferenceFailed) and match and int(match.group(2)) == len(group):
+                    bad = group[int(match.group(1)) - 1]
+                    answer(bad, InferenceFailed(str(failure)[match.end() :]))
+                    if len(group) > 1:
+                        pending.put([i for i in group if i != bad])  # the others again, without it
+                else:
+                    for i in group:
+                        answer(i, failure)
+            except self.errors as e:  # a malformed result becomes the error of its images
+                for i in group:
+                    answer(i, self._wrap(e))
+            finally:
+                slots.release()
 
         def submit_all() -> None:
-            for i, data in enumerate(images):
+            while True:
+                group = pending.get()
+                if group is None:
+                    return
                 slots.acquire()
-
-                def done(result: Any, error: BaseException | None, i: int = i) -> None:
-                    try:
-                        finished.put(
-                            (i, self._wrap(error) if error is not None else self._predictions(result, 1, top_k)[0])
-                        )
-                    except self.errors as e:  # a malformed result becomes this image's error
-                        finished.put((i, self._wrap(e)))
-                    finally:
-                        slots.release()
-
                 try:
                     self._impl.submit(
-                        self.model, [image_input([data], self._impl.m)], self._impl.outputs(OUTPUTS), done
+                        self.model,
+                        [image_input([images[i] for i in group], self._impl.m)],
+                        self._impl.outputs(outputs),
+                        lambda result, error, group=group: done(group, result, error),
                     )
                 except self.errors as e:
-                    done(None, e)
+                    done(group, None, e)
 
+        if not images:
+            return
         threading.Thread(target=submit_all, name="tritonprep-submit", daemon=True).start()
         for _ in range(len(images)):
             yield finished.get()

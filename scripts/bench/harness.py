@@ -16,7 +16,9 @@ rewritten from all rows after each):
 * ``classify``: the whole job, JPEG in, predictions out, through Triton at 1, 8 and 32 images/request,
   the classifier alone in one process, the network ceiling in PyTorch (``--torch-python``), and the
   pipeline a user would hand-roll (DALI feeding the same ONNX Runtime runtime);
-* ``soak``: constant load on ``prep_sink`` for ``--soak-seconds``, GPU memory and CuPy's pool sampled.
+* ``soak``: constant load on ``prep_sink`` for ``--soak-seconds``, GPU memory and CuPy's pool sampled;
+* ``analyze``: decode once, serve two models: the ``analyze`` ensemble (two specs, one decode) against
+  ``classify`` + ``embed`` as two ensembles over the same images (:mod:`scripts.bench.decode_once`).
 
 Writes results.md, results.csv, summary.json and plots into --out and prints the report.
 
@@ -44,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from scripts import perf_sweep
-from scripts.bench import decode_grid
+from scripts.bench import decode_grid, decode_once
 from tritonprep_testkit import photos as bench_images
 from tritonprep_testkit.servers import REPO, local_options
 
@@ -392,6 +394,8 @@ def write_report(rows: list[dict], summary: dict, out: Path) -> None:
             f"| {r.get('composing', '')} |"
         )
     lines += summary_lines(rows, summary)
+    if summary.get("decode_once"):
+        lines += ["", "## Decode once, serve two models (500x375, gRPC)", "", *summary["decode_once"]]
     if summary.get("profile_main"):
         lines += [
             "",
@@ -624,6 +628,24 @@ def phase_classify(run: Run, args: argparse.Namespace) -> None:
     run.save()
 
 
+def phase_analyze(run: Run, args: argparse.Namespace) -> None:
+    repo = make_repo(run.work / "repo-analyze", with_classify=True)
+    decode_once.add_models(repo, REPO / "model_repository")
+    server = start_server(repo, run.out / "triton-analyze.log")
+    try:
+
+        def sweep(model: str, batch: int, conc: int, perf_out: Path) -> list:
+            return perf_sweep.sweep(model, urls(server), run.sets["500x375"], ["grpc"], [batch], [conc], run.interval,
+                                    perf_out, admin_key=server.admin_key)  # fmt: skip
+
+        new, lines = decode_once.compare(sweep, decode_once.GRID[args.plan], run.out, "500x375")
+    finally:
+        server.__exit__(None, None, None)
+    run.rows.extend(new)
+    run.summary["decode_once"] = lines
+    run.save()
+
+
 def phase_soak(run: Run, args: argparse.Namespace) -> None:
     server = start_server(make_repo(run.work / "repo-soak"), run.out / "triton-soak.log")
     try:
@@ -652,7 +674,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--plan", choices=sorted(PLANS), default="quick")
-    parser.add_argument("--phase", default="main", help="comma list of: tune, main, classify, soak")
+    parser.add_argument("--phase", default="main", help="comma list of: tune, main, classify, analyze, soak")
     parser.add_argument("--skip", default="", help="comma list of: ceiling, dali, cpu, sizes, classifier, torch")
     parser.add_argument(
         "--config", help="main phase: instances,queue_delay_us,hw_decoders instead of the shipped config"
@@ -673,6 +695,7 @@ def main(argv: list[str] | None = None) -> int:
             "main": lambda: phase_main(run, args),
             "classify": lambda: phase_classify(run, args),
             "soak": lambda: phase_soak(run, args),
+            "analyze": lambda: phase_analyze(run, args),
         }[phase]()
         log.info("phase %s done in %.0f s", phase, time.monotonic() - t0)
         write_report(run.rows, run.summary, args.out)

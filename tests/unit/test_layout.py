@@ -21,7 +21,7 @@ ALLOWED = {
     "kernels": set(),  # plain values only: no specs, decoders or Triton
     "executors": {"errors", "spec", "geometry", "decode", "kernels"},
     "classifier": {"errors"},
-    "triton": {"errors", "spec", "executors"},
+    "triton": {"errors", "spec", "geometry", "executors"},
     "launcher": {"errors"},
 }
 

@@ -9,7 +9,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from tritonprep.errors import ConfigError
-from tritonprep.spec import PARAMETERS, Limits, PreprocessSpec, parameter_table
+from tritonprep.spec import PARAMETERS, Limits, PreprocessSpec, parameter_table, provenance_table
 
 REPO = Path(__file__).resolve().parents[2] / "model_repository"
 
@@ -40,10 +40,15 @@ def test_every_config_parses_and_is_named_after_its_folder(path):
     assert (REPO / folder / "1").is_dir()
 
 
-def test_ensemble_wiring_matches_the_models():
+ENSEMBLES = ["classify", "embed", "analyze"]
+
+
+@pytest.mark.parametrize("ensemble", ENSEMBLES)
+def test_ensemble_wiring_matches_the_models(ensemble):
     configs = {p.parent.name: load_config(p) for p in REPO.glob("*/config.pbtxt")}
-    ens = configs["classify"]
-    assert ens.platform == "ensemble" and (REPO / "classify" / "1" / ".gitkeep").is_file()
+    assert sorted(n for n, c in configs.items() if c.platform == "ensemble") == sorted(ENSEMBLES)
+    ens = configs[ensemble]
+    assert ens.platform == "ensemble" and (REPO / ensemble / "1" / ".gitkeep").is_file()
     produced = {i.name: (i.data_type, list(i.dims)) for i in ens.input}
     for step in ens.ensemble_scheduling.step:
         model = configs[step.model_name]
@@ -154,6 +159,7 @@ def test_a_choice_is_checked_once_in_code_as_in_config():
 def test_the_readme_lists_every_parameter_as_the_table_says():
     readme = (REPO.parent / "README.md").read_text()
     assert parameter_table() in readme, "README's parameter table differs from `python -m tritonprep.spec`"
+    assert provenance_table() in readme, "README's provenance table differs from `python -m tritonprep.spec`"
 
 
 def test_the_gpu_config_is_the_default_one_with_gpu_instances_and_batching():

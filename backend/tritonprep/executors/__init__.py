@@ -10,7 +10,7 @@ Executors know the spec, the decoders and the kernels, and nothing of Triton.
 
 from __future__ import annotations
 
-from .base import BatchResult, Executor
+from .base import BatchResult, Executor, ImageInfo
 from .factory import create_executor
 
-__all__ = ["BatchResult", "Executor", "create_executor"]
+__all__ = ["BatchResult", "Executor", "ImageInfo", "create_executor"]

@@ -1,7 +1,8 @@
-"""The CPU executor: Pillow decode, Pillow's antialiased resize and NumPy normalize, on a thread pool.
+"""The CPU executor: Pillow decode, Pillow's antialiased resize (or OpenCV's INTER_LINEAR) and NumPy
+normalize, on a thread pool; each image is decoded once for all the model's image outputs.
 
 This is also the definition of the output that the GPU executor must reproduce
-(:func:`normalize_window` and :func:`resize_pil`).
+(:func:`normalize_window`, :func:`resize_pil` and :func:`tritonprep.executors.opencv.resize_cv2`).
 """
 
 from __future__ import annotations
@@ -10,15 +11,17 @@ import logging
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 from PIL import Image
 
 from ..decode.pillow import decode_pil
 from ..errors import ImageError
-from ..geometry import plan_resize
-from ..spec import PreprocessSpec
-from .base import BatchResult
+from ..geometry import plan_resize, window_only
+from ..spec import PreprocessConfig, PreprocessSpec
+from .base import BatchResult, ImageInfo, Wanted, as_config, resolve_wanted
+from .opencv import import_cv2, resize_cv2
 
 log = logging.getLogger(__name__)
 
@@ -51,15 +54,8 @@ def resize_pil(spec: PreprocessSpec, im: Image.Image) -> tuple[np.ndarray, int, 
     out_w, out_h = spec.output_width, spec.output_height
     if (plan.resized_w, plan.resized_h) == (im.width, im.height):
         return np.asarray(im), plan.offset_x, plan.offset_y
-    inside = (
-        plan.offset_x >= 0
-        and plan.offset_y >= 0
-        and plan.offset_x + out_w <= plan.resized_w
-        and plan.offset_y + out_h <= plan.resized_h
-    )
-    if inside and plan.resized_w * plan.resized_h > spec.limits.max_pixels:
-        # A pathological aspect ratio (say 1x20000) would make the full resize gigapixels.
-        # Resize only the output window instead: Pillow's `box` uses the same centres and
+    if window_only(spec, plan):
+        # Resize only the output window: Pillow's `box` uses the same centres and
         # filter support, though float rounding moves some values by a few levels, which
         # is why ordinary images take the exact resize-then-crop path below.
         sx, sy = im.width / plan.resized_w, im.height / plan.resized_h
@@ -70,39 +66,59 @@ def resize_pil(spec: PreprocessSpec, im: Image.Image) -> tuple[np.ndarray, int, 
 
 
 class CpuExecutor:
-    """Pillow decode + Pillow antialiased resize + NumPy normalize, one thread per core."""
+    """Pillow decode + Pillow antialiased (or OpenCV linear) resize + NumPy normalize, one thread per core."""
 
     name = "cpu"
 
-    def __init__(self, spec: PreprocessSpec) -> None:
-        self.spec = spec
-        self._pool = ThreadPoolExecutor(max_workers=spec.resolved_cpu_threads, thread_name_prefix="tritonprep-cpu")
+    def __init__(self, spec: PreprocessSpec | PreprocessConfig) -> None:
+        self.config = as_config(spec)
+        #: the settings all outputs share: decoding, threads, limits
+        self.spec = self.config.shared
+        self._cv2 = import_cv2() if any(s.interpolation == "cv2_linear" for _, s in self.config.outputs) else None
+        self._pool = ThreadPoolExecutor(max_workers=self.spec.resolved_cpu_threads, thread_name_prefix="tritonprep-cpu")
 
     def describe(self) -> str:
         """One line for the log."""
-        spec = self.spec
-        return f"CPU executor: Pillow decode and {spec.interpolation} resize, {spec.resolved_cpu_threads} threads"
+        outputs = ", ".join(f"{name} ({s.interpolation})" for name, s in self.config.outputs)
+        return f"CPU executor: Pillow decode, resize to {outputs}; {self.spec.resolved_cpu_threads} threads"
 
-    def _one(self, data: bytes, slot: np.ndarray) -> tuple[ImageError | None, float]:
+    def _one(self, data: bytes, targets: list[tuple[PreprocessSpec, np.ndarray]]) -> tuple[Any, float]:
+        """Decode one image once and write each wanted output's slot; ``(ImageInfo or ImageError, decode seconds)``."""
         t0 = time.perf_counter()
         try:
             im = decode_pil(data, self.spec.limits)
         except ImageError as e:
             return e, time.perf_counter() - t0
         decode_s = time.perf_counter() - t0
-        pixels, ox, oy = resize_pil(self.spec, im)
-        slot[...] = normalize_window(self.spec, pixels, ox, oy)
-        return None, decode_s
+        array = None
+        for spec, slot in targets:
+            if spec.interpolation == "cv2_linear":
+                array = np.asarray(im) if array is None else array
+                pixels, ox, oy = resize_cv2(spec, array, self._cv2)
+            else:
+                pixels, ox, oy = resize_pil(spec, im)
+            slot[...] = normalize_window(spec, pixels, ox, oy)
+        return ImageInfo(im.width, im.height, "cpu"), decode_s
 
-    def run(self, images: Sequence[bytes]) -> BatchResult:
+    def run(self, images: Sequence[bytes], wanted: Wanted | None = None) -> BatchResult:
         """Preprocess ``images``; never raises for a bad image (see :attr:`BatchResult.errors`)."""
         t0 = time.perf_counter()
-        out = np.empty((len(images),) + self.spec.output_shape, self.spec.numpy_dtype)
-        results = list(self._pool.map(self._one, images, out))
-        errors = {i: e for i, (e, _) in enumerate(results) if e is not None}
+        rows = resolve_wanted(self.config, len(images), wanted)
+        specs = self.config.specs
+        outputs = {
+            name: np.empty((len(idx),) + specs[name].output_shape, specs[name].numpy_dtype)
+            for name, idx in rows.items()
+        }
+        targets: list[list[tuple[PreprocessSpec, np.ndarray]]] = [[] for _ in images]
+        for name, idx in rows.items():
+            for row, i in enumerate(idx):
+                targets[i].append((specs[name], outputs[name][row]))
+        results = list(self._pool.map(self._one, images, targets))
+        errors = {i: r for i, (r, _) in enumerate(results) if isinstance(r, ImageError)}
+        infos = {i: r for i, (r, _) in enumerate(results) if isinstance(r, ImageInfo)}
         # decode time summed over worker threads (CPU seconds spent decoding)
         timings = {"decode_s": sum(d for _, d in results), "total_s": time.perf_counter() - t0}
-        return BatchResult(out, errors, {"cpu": len(images) - len(errors)}, timings)
+        return BatchResult(outputs, errors, {"cpu": len(infos)}, timings, infos)
 
     def close(self) -> None:
         """Stop the worker threads."""

@@ -1,11 +1,12 @@
-"""The GPU executor: nvImageCodec batch decode + one fused CUDA kernel per ``execute()``.
+"""The GPU executor: nvImageCodec batch decode + one fused CUDA kernel launch per image output.
 
 Per call: the host checks every image's header against the limits (no decoding); the
 JPEGs are decoded on the GPU in one batched nvImageCodec call; what the GPU decoder
 cannot take (other formats, CMYK, images it rejects) is decoded by Pillow on a thread
-pool and uploaded in one copy; then one kernel launch resizes, crops or letterboxes,
-normalizes and lays out every image into the output batch, which stays on the GPU and
-leaves the model through DLPack. All GPU work runs on this instance's own CUDA stream,
+pool and uploaded in one copy; then, for each image output of the config, one kernel launch
+resizes, crops or letterboxes, normalizes and lays out the images that output is wanted for
+into its batch, which stays on the GPU and leaves the model through DLPack. Each image is
+decoded once, however many outputs read it. All GPU work runs on this instance's own CUDA stream,
 synchronized once at the end, because Triton reads the outputs right after ``execute``.
 """
 
@@ -25,8 +26,8 @@ from ..decode.pillow import decode_rgb
 from ..errors import ImageError, InstanceFailed, RuntimeUnavailable
 from ..geometry import plan_resize
 from ..kernels.layout import ImageMeta, pack
-from ..spec import PreprocessSpec
-from .base import BatchResult
+from ..spec import PreprocessConfig, PreprocessSpec
+from .base import BatchResult, ImageInfo, Wanted, as_config, resolve_wanted
 
 log = logging.getLogger(__name__)
 
@@ -80,10 +81,12 @@ class GpuExecutor:
 
     name = "gpu"
 
-    def __init__(self, spec: PreprocessSpec, device_id: int = 0) -> None:
+    def __init__(self, spec: PreprocessSpec | PreprocessConfig, device_id: int = 0) -> None:
         cp = _import_cupy()
         self.cp = cp
-        self.spec = spec
+        self.config = as_config(spec)
+        #: the settings all outputs share: decoding, threads, limits
+        self.spec = spec = self.config.shared
         try:
             self.device = cp.cuda.Device(device_id)
             self.device.use()
@@ -117,11 +120,10 @@ class GpuExecutor:
     def describe(self) -> str:
         """One line for the log: the device, the decoder stages and the kernel's options."""
         decoder = self.decoder.description if self.decoder else "Pillow (CPU) + upload"
-        spec = self.spec
-        return (
-            f"GPU executor on device {self.device.id}: decoder {decoder}; kernel {spec.interpolation}/{spec.layout}/"
-            f"{spec.channel_order}/{spec.dtype}"
+        kernels = ", ".join(
+            f"{name} {s.interpolation}/{s.layout}/{s.channel_order}/{s.dtype}" for name, s in self.config.outputs
         )
+        return f"GPU executor on device {self.device.id}: decoder {decoder}; kernel {kernels}"
 
     # ------------------------------------------------------------------ helpers
     def _warm_up(self) -> None:
@@ -200,8 +202,8 @@ class GpuExecutor:
         return device_buf, offsets
 
     # ------------------------------------------------------------------ API
-    def run(self, images: Sequence[bytes]) -> BatchResult:
-        """Preprocess ``images`` into one GPU batch; bad images are reported, never raised.
+    def run(self, images: Sequence[bytes], wanted: Wanted | None = None) -> BatchResult:
+        """Preprocess ``images`` into one GPU batch per wanted output; bad images are reported, never raised.
 
         Raises :class:`~tritonprep.errors.InstanceFailed` after a sticky CUDA error (the
         context is poisoned: every later call would fail too), so that the instance is taken
@@ -209,7 +211,7 @@ class GpuExecutor:
         """
         cp = self.cp
         try:
-            return self._run(images)
+            return self._run(images, resolve_wanted(self.config, len(images), wanted))
         except (cp.cuda.runtime.CUDARuntimeError, cp.cuda.driver.CUDADriverError) as e:
             if getattr(e, "status", None) in STICKY_CUDA_ERRORS:
                 raise InstanceFailed(
@@ -225,9 +227,9 @@ class GpuExecutor:
         """Fault injection only: poison the CUDA context (see tritonprep.faults)."""
         self._kernels.illegal_write(self.stream)
 
-    def _run(self, images: Sequence[bytes]) -> BatchResult:
+    def _run(self, images: Sequence[bytes], wanted: dict[str, list[int]]) -> BatchResult:
         t0 = time.perf_counter()
-        cp, spec, n = self.cp, self.spec, len(images)
+        cp, spec = self.cp, self.spec
         errors: dict[int, ImageError] = {}
         headers: dict[int, ImageHeader] = {}
         gpu_idx: list[int] = []
@@ -241,6 +243,7 @@ class GpuExecutor:
             (gpu_idx if self.decoder is not None and self._gpu_decodable(headers[i]) else cpu_idx).append(i)
 
         sources: dict[int, tuple[int, int, int, int]] = {}
+        infos: dict[int, ImageInfo] = {}
         keep_alive: list[Any] = []
         decoded_by = {"gpu_hw": 0, "gpu_cuda": 0, "cpu_fallback": 0}
         with self.device, self.stream:
@@ -250,6 +253,7 @@ class GpuExecutor:
                         cpu_idx.append(i)
                     else:
                         sources[i] = (img.ptr, img.width, img.height, img.pitch)
+                        infos[i] = ImageInfo(img.width, img.height, img.path)
                         keep_alive.append(img.owner)
                         decoded_by[img.path] += 1
             t_decode_gpu = time.perf_counter()
@@ -264,12 +268,19 @@ class GpuExecutor:
                     keep_alive.append(buf)
                     for (i, a), off in zip(host, offsets):
                         sources[i] = (buf.data.ptr + off, a.shape[1], a.shape[0], a.shape[1] * 3)
+                        infos[i] = ImageInfo(a.shape[1], a.shape[0], "cpu_fallback")
                     decoded_by["cpu_fallback"] += len(host)
             t_decode = time.perf_counter()
-            # allocate in steps of 16 images: a handful of sizes recur, so CuPy's pool reuses them
-            # instead of caching a block of every batch size ever seen
-            out = cp.empty((-(-max(n, 1) // 16) * 16,) + spec.output_shape, dtype=spec.numpy_dtype)[:n]
-            resize_into(spec, sources, out, self.stream)
+            outputs = {}
+            specs = self.config.specs
+            for name, rows in wanted.items():  # one launch per output, over the images it is wanted for
+                out_spec, n = specs[name], len(rows)
+                # allocate in steps of 16 images: a handful of sizes recur, so CuPy's pool reuses them
+                # instead of caching a block of every batch size ever seen
+                shape = (-(-max(n, 1) // 16) * 16,) + out_spec.output_shape
+                outputs[name] = cp.empty(shape, dtype=out_spec.numpy_dtype)[:n]
+                rows_in = {row: sources[i] for row, i in enumerate(rows) if i in sources}
+                resize_into(out_spec, rows_in, outputs[name], self.stream)
             self.stream.synchronize()
         del keep_alive  # decoded images are released only after the kernel has read them
         temporary = self._in_flight_staging is not None and self._in_flight_staging is not self._pinned
@@ -278,10 +289,11 @@ class GpuExecutor:
             self._release_pinned()
         t1 = time.perf_counter()
         return BatchResult(
-            out,
+            outputs,
             errors,
             {k: v for k, v in decoded_by.items() if v},
             timings={"decode_gpu_s": t_decode_gpu - t0, "decode_s": t_decode - t0, "total_s": t1 - t0},
+            images=infos,
         )
 
     def close(self) -> None:

@@ -17,8 +17,9 @@ import numpy as np
 from .layout import META_FIELDS, cuda_defines
 
 BLOCK = 256
-#: the resize filters the kernel implements (a -D flag each, or none for the default)
-FILTERS = {"bilinear": (), "bicubic": ("FILTER_BICUBIC",)}
+#: the resize filters the kernel implements (a -D flag each, or none for the default): Pillow's antialiased
+#: bilinear and bicubic, and OpenCV's INTER_LINEAR
+FILTERS = {"bilinear": (), "bicubic": ("FILTER_BICUBIC",), "cv2_linear": ("FILTER_CV2_LINEAR",)}
 
 
 def _source(name: str) -> str:

@@ -2,6 +2,10 @@
 
 * images arrive as a BYTES tensor of shape ``[n, 1]`` per request (``n`` images of any
   sizes, no padding); all requests of an ``execute()`` call are preprocessed as one batch;
+* each image is decoded once; each image output (one spec each, :class:`~tritonprep.spec.PreprocessConfig`)
+  is computed only for the requests that asked for it (``requested_output_names``: an ensemble
+  step asks for what its ``output_map`` names), in one kernel launch per output; provenance
+  outputs (:mod:`.provenance`) likewise only where requested;
 * every request gets exactly one response. A bad image fails only the request that carried
   it; an unexpected exception of the executor is retried request by request (only the
   request that still fails gets an error); an error while building one response fails only
@@ -20,15 +24,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ImageError, InputError, InstanceFailed, LimitExceeded, PreprocessError
-from ..executors import create_executor
-from ..spec import PreprocessSpec
+from ..executors import BatchResult, create_executor
+from ..spec import PreprocessConfig
 from . import faults
 from .health import HeapTrimmer, fail_instance, instance_failure
 from .metrics import PreprocessMetrics
 from .pb import model_config
 from .profiling import PhaseTimer
+from .provenance import provenance_tensors
 from .responses import detach_errors, error_response, error_response_for, guarded, response
-from .tensors import bytes_input, output_tensor
+from .tensors import bytes_input, output_tensor, requested_outputs
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +47,18 @@ class ImageBatch:
     spans: list[tuple[int, int]] = field(default_factory=list)
     #: requests rejected before preprocessing (bad shape, too many images)
     request_errors: dict[int, InputError] = field(default_factory=dict)
+    #: the output names each request asked for
+    requested: list[frozenset[str]] = field(default_factory=list)
 
 
-def gather_images(requests: Sequence[Any], input_name: str, max_images_per_request: int) -> ImageBatch:
+def gather_images(
+    requests: Sequence[Any], input_name: str, max_images_per_request: int, outputs: Sequence[str] = ()
+) -> ImageBatch:
     """Collect the encoded images of every request into one :class:`ImageBatch`."""
     batch = ImageBatch()
     for r, request in enumerate(requests):
         start = len(batch.images)
+        batch.requested.append(requested_outputs(request, outputs))
         try:
             items = bytes_input(request, input_name)
             if len(items) > max_images_per_request:
@@ -63,22 +73,49 @@ def gather_images(requests: Sequence[Any], input_name: str, max_images_per_reque
     return batch
 
 
+def plan_rows(batch: ImageBatch, image_outputs: Sequence[str]) -> tuple[dict[str, list[int]], list[dict[str, int]]]:
+    """Which images each image output is computed for, and where each request's rows start in it.
+
+    Returns ``wanted`` (``{output: image indices}``, only outputs some request asked for) and, per
+    request, ``{output: first row}``: a request's images occupy consecutive rows of each output.
+    """
+    wanted: dict[str, list[int]] = {name: [] for name in image_outputs}
+    first_rows: list[dict[str, int]] = []
+    for r, (start, stop) in enumerate(batch.spans):
+        first: dict[str, int] = {}
+        if r not in batch.request_errors:
+            for name in image_outputs:
+                if name in batch.requested[r]:
+                    first[name] = len(wanted[name])
+                    wanted[name].extend(range(start, stop))
+        first_rows.append(first)
+    return {name: rows for name, rows in wanted.items() if rows}, first_rows
+
+
 def _request_response(
-    output: Any, errors: Mapping[int, PreprocessError], start: int, stop: int, output_name: str
+    config: PreprocessConfig,
+    result: BatchResult,
+    start: int,
+    stop: int,
+    first_rows: Mapping[str, int],
+    requested: frozenset[str],
 ) -> Any:
-    """The response of one request whose images are ``[start, stop)`` of ``output``."""
-    bad = next((i for i in range(start, stop) if i in errors), None)
+    """The response of one request whose images are ``[start, stop)`` of ``result``."""
+    bad = next((i for i in range(start, stop) if i in result.errors), None)
     if bad is not None:
-        return error_response_for(errors[bad], prefix=f"image {bad - start + 1} of {stop - start}: ")
+        return error_response_for(result.errors[bad], prefix=f"image {bad - start + 1} of {stop - start}: ")
     if stop == start:
         return error_response("request carries no image")
-    return response([output_tensor(output_name, output[start:stop])])
+    k = stop - start
+    tensors = [output_tensor(name, result.outputs[name][row : row + k]) for name, row in first_rows.items()]
+    tensors += provenance_tensors(config, [result.images[i] for i in range(start, stop)], requested)
+    return response(tensors)
 
 
 def image_responses(
-    batch: ImageBatch, output: Any, errors: Mapping[int, PreprocessError], output_name: str
+    config: PreprocessConfig, batch: ImageBatch, result: BatchResult, first_rows: Sequence[Mapping[str, int]]
 ) -> list[Any]:
-    """One response per request: its slice of ``output``, or the error of its first bad image."""
+    """One response per request: its rows of each output it asked for, or the error of its first bad image."""
     n = len(batch.spans)
     responses = []
     for r, (start, stop) in enumerate(batch.spans):
@@ -86,7 +123,13 @@ def image_responses(
             responses.append(error_response_for(batch.request_errors[r]))
         else:
             responses.append(
-                guarded(lambda s=start, e=stop: _request_response(output, errors, s, e, output_name), r, n)
+                guarded(
+                    lambda r=r, s=start, e=stop: _request_response(
+                        config, result, s, e, first_rows[r], batch.requested[r]
+                    ),
+                    r,
+                    n,
+                )
             )
     return responses
 
@@ -95,19 +138,22 @@ def image_responses(
 class _RequestResult:
     """The outcome for one request when a batch had to be retried request by request."""
 
-    output: Any = None
-    errors: dict[int, PreprocessError] = field(default_factory=dict)
+    result: BatchResult | None = None
     failure: PreprocessError | None = None
 
 
 class PreprocessModel:
     """A preprocess model instance: spec, executor, metrics; ``execute`` never raises."""
 
-    def __init__(self, args: Mapping[str, str], input_name: str = "IMAGE", output_name: str = "PIXELS") -> None:
+    def __init__(self, args: Mapping[str, str], input_name: str = "IMAGE") -> None:
         config = model_config(args)
-        self.input_name, self.output_name = input_name, output_name
-        self.spec = PreprocessSpec.from_model_config(config, output_name=output_name)
-        executor = create_executor(self.spec, args["model_instance_kind"], int(args["model_instance_device_id"]))
+        self.input_name = input_name
+        self.config = PreprocessConfig.from_model_config(config)
+        #: the settings all image outputs share (decoding, limits)
+        self.spec = self.config.shared
+        self.image_outputs = [name for name, _ in self.config.outputs]
+        self.all_outputs = [*self.image_outputs, *self.config.provenance]
+        executor = create_executor(self.config, args["model_instance_kind"], int(args["model_instance_device_id"]))
         self.executor = faults.FaultyExecutor(executor) if faults.enabled() else executor
         self.metrics = PreprocessMetrics(
             args.get("model_name", config.get("name", "preprocess")), args["model_instance_name"]
@@ -157,11 +203,12 @@ class PreprocessModel:
 
     def _execute(self, requests: Sequence[Any]) -> list[Any]:
         t0 = time.perf_counter()
-        batch = gather_images(requests, self.input_name, self.spec.limits.max_images_per_request)
+        batch = gather_images(requests, self.input_name, self.spec.limits.max_images_per_request, self.all_outputs)
+        wanted, first_rows = plan_rows(batch, self.image_outputs)
         t1 = time.perf_counter()
         rejected = Counter(e.reason for e in batch.request_errors.values())
         try:
-            result = self.executor.run(batch.images)
+            result = self.executor.run(batch.images, wanted)
             t2 = time.perf_counter()
         except InstanceFailed:
             raise
@@ -174,14 +221,14 @@ class PreprocessModel:
                 e,
                 exc_info=True,
             )
-            return self._retry_per_request(batch, rejected)
+            return self._retry_per_request(batch, first_rows, rejected)
         detach_errors(result.errors)
         detach_errors(batch.request_errors)
         rejected.update(e.reason for e in result.errors.values())
         self.metrics.record_batch(result.decoded_by, result.timings)
         self.metrics.record_rejections(rejected)
         t3 = time.perf_counter()
-        responses = image_responses(batch, result.output, result.errors, self.output_name)
+        responses = image_responses(self.config, batch, result, first_rows)
         self.timer.record(
             len(requests),
             len(batch.images),
@@ -193,14 +240,16 @@ class PreprocessModel:
         )
         return responses
 
-    def _retry_per_request(self, batch: ImageBatch, rejected: Counter) -> list[Any]:
+    def _retry_per_request(
+        self, batch: ImageBatch, first_rows: Sequence[Mapping[str, int]], rejected: Counter
+    ) -> list[Any]:
         results: list[_RequestResult] = []
         for r, (start, stop) in enumerate(batch.spans):
             if r in batch.request_errors or start == stop:
                 results.append(_RequestResult())
                 continue
             try:
-                res = self.executor.run(batch.images[start:stop])
+                res = self.executor.run(batch.images[start:stop], {name: range(stop - start) for name in first_rows[r]})
             except InstanceFailed:
                 raise
             except ImageError as e:
@@ -218,7 +267,7 @@ class PreprocessModel:
             detach_errors(res.errors)
             rejected.update(e.reason for e in res.errors.values())
             self.metrics.record_batch(res.decoded_by, res.timings)
-            results.append(_RequestResult(res.output, dict(res.errors)))
+            results.append(_RequestResult(res))
         self.metrics.record_rejections(rejected)
         n = len(batch.spans)
         responses = []
@@ -227,11 +276,13 @@ class PreprocessModel:
                 responses.append(error_response_for(batch.request_errors[r]))
             elif res.failure is not None:
                 responses.append(error_response(str(res.failure), invalid_argument=isinstance(res.failure, InputError)))
+            elif res.result is None:
+                responses.append(error_response("request carries no image"))
             else:
                 responses.append(
                     guarded(
-                        lambda res=res, k=stop - start: _request_response(
-                            res.output, res.errors, 0, k, self.output_name
+                        lambda res=res.result, r=r, k=stop - start: _request_response(
+                            self.config, res, 0, k, {name: 0 for name in first_rows[r]}, batch.requested[r]
                         ),
                         r,
                         n,

@@ -41,6 +41,12 @@ def bytes_input(request: Any, name: str) -> list[bytes]:
     return [bytes(x) for x in arr.reshape(-1)]
 
 
+def requested_outputs(request: Any, default: Sequence[str] = ()) -> frozenset[str]:
+    """The output names ``request`` asked for (Triton fills in every output when a client names none)."""
+    names = getattr(request, "requested_output_names", None)
+    return frozenset(names() if names is not None else default)
+
+
 def output_tensor(name: str, array: Any) -> Any:
     """Wrap a numpy or CuPy array as an output tensor.
 

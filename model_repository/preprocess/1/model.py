@@ -13,7 +13,7 @@ from tritonprep.triton.preprocess import PreprocessModel
 class TritonPythonModel:
     def initialize(self, args):
         try:
-            self.model = PreprocessModel(args, input_name="IMAGE", output_name="PIXELS")
+            self.model = PreprocessModel(args, input_name="IMAGE")
         except PreprocessError as e:
             raise pb_utils.TritonModelException(f"preprocess: {e}") from e
 

@@ -1,0 +1,55 @@
+"""The embedder: EfficientNet-Lite0's pooled features as unit vectors, FP32 or FP16.
+
+The exported graph (``scripts/export_embedder.py``) already ends in L2 normalisation; the
+model config's ``embedding`` output decides the dtype the vectors leave in (``TYPE_FP32`` or
+``TYPE_FP16``), so the config is the one place that says it. Cosine similarity of two
+embeddings is their dot product.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError
+
+OUTPUT = "embedding"
+FEATURES = 1280
+DTYPES = {"TYPE_FP32": np.dtype(np.float32), "TYPE_FP16": np.dtype(np.float16)}
+
+
+def embedding_dtype(model_config: Mapping[str, Any]) -> np.dtype:
+    """The dtype of the ``embedding`` output that the model config declares (checked: FP32 or FP16, [1280])."""
+    outputs = {o["name"]: o for o in model_config.get("output", [])}
+    if OUTPUT not in outputs:
+        raise ConfigError(f"the embedder config declares no output {OUTPUT!r} (outputs: {sorted(outputs)})")
+    out = outputs[OUTPUT]
+    dims = [int(d) for d in out.get("dims", [])]
+    if dims != [FEATURES]:
+        raise ConfigError(f"output {OUTPUT!r} has dims {dims}; EfficientNet-Lite0's pooled features are [{FEATURES}]")
+    if out.get("data_type") not in DTYPES:
+        raise ConfigError(f"output {OUTPUT!r} has data_type {out.get('data_type')}; use one of {', '.join(DTYPES)}")
+    return DTYPES[out["data_type"]]
+
+
+def onnx_file(model_dir: Path) -> Path:
+    """The exported embedder in a version folder, or the command that makes it."""
+    path = model_dir / "model.onnx"
+    if not path.is_file():
+        raise ConfigError(f"{path} does not exist; run `make model` (scripts/export_embedder.py) to export it")
+    return path
+
+
+def as_embeddings(features: Any, dtype: np.dtype) -> Any:
+    """The network's unit vectors (numpy or CuPy, where they are) in the output dtype."""
+    return features if features.dtype == dtype else features.astype(dtype)
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cosine similarity of embeddings (rows), in float32, whatever their dtype or norm."""
+    a = np.asarray(a, np.float32)
+    b = np.asarray(b, np.float32)
+    return np.sum(a * b, axis=-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))

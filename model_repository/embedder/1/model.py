@@ -1,0 +1,50 @@
+"""Triton Python-backend model `embedder`: EfficientNet-Lite0's L2-normalised pooled features.
+
+Runs `model.onnx` from this version folder (scripts/export_embedder.py) on the best runtime
+installed, like the classifier (tritonprep.classifier.runtimes), and returns the unit vectors in
+the dtype its config's `embedding` output declares (tritonprep.classifier.embedding).
+"""
+
+import logging
+from pathlib import Path
+
+import triton_python_backend_utils as pb_utils
+
+from tritonprep.classifier.embedding import OUTPUT, as_embeddings, embedding_dtype, onnx_file
+from tritonprep.classifier.runtimes import load_runtime
+from tritonprep.errors import PreprocessError
+from tritonprep.triton.pb import model_config, parameters
+from tritonprep.triton.responses import batched_responses
+from tritonprep.triton.tensors import concat, input_array, output_tensor
+
+log = logging.getLogger("tritonprep.embedder")
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = model_config(args)
+        try:
+            self.dtype = embedding_dtype(config)
+            self.runtime = load_runtime(
+                onnx_file(Path(args["model_repository"]) / args["model_version"]),
+                tuple(int(d) for d in config["input"][0]["dims"]),
+                prefer=parameters(config).get("runtime", "auto"),
+                device_id=int(args["model_instance_device_id"]),
+                use_gpu=args["model_instance_kind"] == "GPU",
+                max_batch=int(config["max_batch_size"]),
+            )
+        except PreprocessError as e:
+            raise pb_utils.TritonModelException(f"embedder: {e}") from e
+        log.info("embedder instance %s: runtime %s, %s", args["model_instance_name"], self.runtime.name, self.dtype)
+
+    def execute(self, requests):
+        return batched_responses(requests, self.read, self.run, self.respond, what="embedder")
+
+    def read(self, request):
+        return input_array(request, "input")
+
+    def run(self, inputs):
+        return (as_embeddings(self.runtime.infer(concat(inputs)), self.dtype),)
+
+    def respond(self, outputs):
+        return [output_tensor(OUTPUT, outputs[0])]
