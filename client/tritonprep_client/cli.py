@@ -25,6 +25,10 @@ from .errors import ClientError, ServerUnavailable
 IMAGE_SUFFIXES = frozenset((".jpg", ".jpeg", ".jpe", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"))
 
 
+#: the embedder's network input in analyze (its provenance is left out of classify --verbose)
+EMBEDDER_INPUT = "EMBED_PIXELS"
+
+
 class UsageError(ClientError):
     """Bad command-line input: reported in one line, exit code 2."""
 
@@ -118,9 +122,12 @@ def images_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         except OSError as e:
             report_error(name, f"cannot read: {e.strerror or e}")
     rows: list[Any] = []
+    model = args.model
+    if classify and args.verbose and model == "classify":
+        model = "analyze"  # classify carries no provenance outputs (they would cost every request); analyze does
     if readable:
         with ClassifyClient(
-            args.url, args.protocol, model=args.model, timeout_s=args.timeout, concurrency=args.concurrency
+            args.url, args.protocol, model=model, timeout_s=args.timeout, concurrency=args.concurrency
         ) as client:
             client.check_server()
             if classify:
@@ -128,6 +135,8 @@ def images_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 if args.top_k > available:
                     raise UsageError(f"--top-k {args.top_k}: the server returns at most {available} classes per image")
             names = client.output_names(predictions=classify, embedding=not classify, provenance=args.verbose)
+            if model != args.model:  # classify through analyze: the classifier's input, not the embedder's
+                names = [n for n in names if not n.startswith(EMBEDDER_INPUT)]
             progress = Progress(len(readable), err)
             results: dict[int, Any] = {}
             data = [d for _, d in readable]
@@ -193,7 +202,8 @@ def _common_arguments(c: argparse.ArgumentParser, model: str) -> None:
     c.add_argument(
         "--verbose",
         action="store_true",
-        help="also show how each image was decoded and transformed (size, decoder, scale, padding)",
+        help="also show how each image was decoded and transformed (size, decoder, scale, padding); "
+        "classify then calls the analyze ensemble, which carries them",
     )
 
 

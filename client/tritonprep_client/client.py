@@ -6,9 +6,10 @@ Images travel as they are on disk (JPEG, PNG, ...) in a BYTES tensor of shape ``
 with ``binary_data`` on, the way NVIDIA's ``ensemble_image_client.py`` sends them.
 
 The ensembles: ``classify`` (top-k ImageNet classes), ``embed`` (an L2-normalised embedding) and
-``analyze`` (both, from one decode). Each also offers provenance outputs per image (the decoded
-size, the decoder path, the scale and borders of each network input), fetched only on request
-(:class:`Provenance`). :meth:`ClassifyClient.infer_each` sends images in multi-image requests and
+``analyze`` (both, from one decode). ``embed`` and ``analyze`` also offer provenance outputs per
+image (the decoded size, the decoder path, the scale and borders of each network input), fetched
+only on request (:class:`Provenance`); ``classify``, the main path, carries none (an ensemble would
+build them for every request). :meth:`ClassifyClient.infer_each` sends images in multi-image requests and
 still gives every image its own answer: when a request fails because of one image (the server
 names it, ``image k of n``), that image gets the error and the others are sent again without it.
 """

@@ -85,32 +85,15 @@ def ort_rows(seconds: float) -> list[dict[str, Any]]:
 def dali_rows(folder: Path, seconds: float) -> list[dict[str, Any]]:
     """DALI decode + resize(shorter 256, antialias) + crop 224 + normalize -> OrtCudaRuntime, one process."""
     import nvidia.dali
-    from nvidia.dali import fn, pipeline_def, types
 
+    from scripts.bench.dali_bench import build
     from tritonprep.classifier.ort_cuda import OrtCudaRuntime
     from tritonprep.classifier.runtimes import model_file
 
     jpegs = [np.frombuffer(p.read_bytes(), dtype=np.uint8) for p in sorted(folder.glob("*.jpg"))]
     rows = []
     for batch, hw_load in ((64, 0.9), (128, 0.9), (128, 0.65)):
-        state = {"i": 0}
-
-        def source(batch: int = batch, state: dict[str, int] = state) -> list[np.ndarray]:
-            i = state["i"]
-            state["i"] = (i + batch) % len(jpegs)
-            return [jpegs[(i + k) % len(jpegs)] for k in range(batch)]
-
-        @pipeline_def(batch_size=batch, num_threads=4, device_id=0, prefetch_queue_depth=2)
-        def pipe(hw_load: float = hw_load) -> Any:
-            data = fn.external_source(source=source, batch=True, dtype=types.UINT8)
-            images = fn.decoders.image(data, device="mixed", output_type=types.RGB, hw_decoder_load=hw_load)
-            images = fn.resize(images, resize_shorter=256, antialias=True, interp_type=types.INTERP_LINEAR)
-            return fn.crop_mirror_normalize(
-                images, crop=(224, 224), mean=[127.0] * 3, std=[128.0] * 3, dtype=types.FLOAT, output_layout="CHW"
-            )
-
-        p = pipe()
-        p.build()
+        p = build(jpegs, batch, 4, hw_load)  # the same pipeline as DALI's row in the harness
         rt = OrtCudaRuntime(model_file(ONNX, "fp16"), DIMS, buckets=(batch,), nhwc=True, cuda_graphs=True)
 
         def step(p: Any = p, rt: Any = rt, batch: int = batch) -> None:

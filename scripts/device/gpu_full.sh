@@ -25,7 +25,7 @@
 #   'libcst~=1.8' pyyaml nvtx
 # Carry model_repository/classifier/1/model.onnx, model.fp16.onnx and model_repository/embedder/1/model.onnx
 # (make model; the server loads them) and .photos (python -m scripts.bench_images --export-photos --out .photos)
-# in the first call.
+# in the first call that runs this script; later calls on the same warm machine restore them from /tmp/carry.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/steps
 STEPS=${STEPS:-tests}
@@ -38,7 +38,14 @@ LIBS=$(find /opt/torch/.venv/lib/python3.12/site-packages/nvidia -name 'lib*.so*
      -o -name 'libnvrtc.so.13' -o -name 'libcudart.so.13' \) -printf '%h\n' 2>/dev/null | sort -u | paste -sd:)
 export LD_LIBRARY_PATH=${LIBS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export TRITONPREP_PHOTOS=${TRITONPREP_PHOTOS:-$PWD/.photos} PYTHONUNBUFFERED=1 GIT_COMMIT=${GIT_COMMIT:-unknown}
-ls model_repository/classifier/1/model.onnx model_repository/classifier/1/model.fp16.onnx model_repository/embedder/1/model.onnx >/dev/null || echo "WARNING: carry the ONNX files"
+# carried paths exist only in the call that names them: keep a copy in /tmp/carry (it lives while the machine is warm)
+for f in model_repository/classifier/1/model.onnx model_repository/classifier/1/model.fp16.onnx \
+         model_repository/classifier/1/model.onnx.json model_repository/embedder/1/model.onnx \
+         model_repository/embedder/1/model.onnx.json .photos; do
+  if [ -e "$f" ]; then mkdir -p "/tmp/carry/$(dirname "$f")" && cp -r "$f" "/tmp/carry/$(dirname "$f")/"
+  elif [ -e "/tmp/carry/$f" ]; then cp -r "/tmp/carry/$f" "$(dirname "$f")/"
+  else echo "WARNING: $f is missing: carry it (make model; python -m scripts.bench_images --export-photos --out .photos)"; fi
+done
 { nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader
   python3 -c "import numpy, cupy, PIL, onnxruntime as o; print('numpy', numpy.__version__, 'cupy', cupy.__version__, 'Pillow', PIL.__version__, 'onnxruntime', o.__version__, o.get_available_providers())"
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"; } 2>&1 | tee /tmp/steps/env.txt

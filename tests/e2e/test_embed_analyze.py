@@ -77,8 +77,11 @@ def test_analyze_gives_classify_and_embed_from_one_decode(server, client, jpegs,
     assert results[0].predictions[0].index in CATS and results[1].predictions[0].index == ESPRESSO
 
 
-def test_provenance_is_returned_only_when_requested(server, client, jpegs, photos):
+def test_provenance_is_returned_only_when_requested(server, jpegs, photos):
+    from tritonprep_client import ClassifyClient
+
     png = encode(photos["coffee"], "PNG")
+    client = ClassifyClient(server.options.grpc_url, model="analyze")
     names = client.output_names(predictions=True, embedding=False, provenance=True)
     assert names[:3] == ["SCORES", "CLASS_IDS", "LABELS"] and {"ORIGINAL_SIZE", "DECODER", "PIXELS_SCALE"} <= set(names)
     results = dict(client.infer_each([jpegs["chelsea"], png], names, batch_size=2))
@@ -92,6 +95,16 @@ def test_provenance_is_returned_only_when_requested(server, client, jpegs, photo
         np.testing.assert_allclose(prov.to_original("PIXELS", 112, 112), (w / 2, h / 2), atol=1.0)
     plain = dict(client.infer_each([jpegs["chelsea"]], ["SCORES", "CLASS_IDS", "LABELS"], batch_size=1))
     assert plain[0].provenance is None
+    client.close()
+
+
+def test_classify_carries_no_provenance(server):
+    """Each output an ensemble maps is built for every request: classify, the main path, stays lean."""
+    from tritonprep_client import ClassifyClient, ClientError
+
+    with ClassifyClient(server.options.grpc_url) as client:
+        with pytest.raises(ClientError, match="offers no provenance"):
+            client.output_names(predictions=True, embedding=False, provenance=True)
 
 
 def test_preprocess_returns_only_the_outputs_a_request_names(server, jpegs):
@@ -131,7 +144,9 @@ def test_a_bad_image_fails_only_its_request_on_every_output(server, jpegs, photo
     def call(item):
         model, data = item
         with ClassifyClient(server.options.grpc_url, model=model) as c:
-            names = c.output_names(predictions=model != "embed", embedding=model != "classify", provenance=True)
+            names = c.output_names(
+                predictions=model != "embed", embedding=model != "classify", provenance=model != "classify"
+            )
             return model, data is corrupt, dict(c.infer_each([data], names, batch_size=1))[0]
 
     before = stats(server, "preprocess")
@@ -143,7 +158,8 @@ def test_a_bad_image_fails_only_its_request_on_every_output(server, jpegs, photo
             assert isinstance(result, InferenceFailed) and "truncated" in str(result).lower(), result
             continue
         assert not isinstance(result, Exception), (model, result)
-        assert result.provenance.width == 600 and result.provenance.decoder in decoders(server, "JPEG")
+        if model != "classify":
+            assert result.provenance.width == 600 and result.provenance.decoder in decoders(server, "JPEG")
         if model != "embed":
             assert result.predictions[0].index == ESPRESSO
         if model != "classify":

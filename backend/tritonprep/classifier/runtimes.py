@@ -145,14 +145,21 @@ class OrtCpuRuntime:
 
 
 def model_file(onnx_path: Path, precision: str) -> Path:
-    """The ONNX file of ``precision``: ``model.onnx`` or its FP16 variant beside it."""
+    """The ONNX file of ``precision``: ``model.onnx`` or its FP16 variant beside it.
+
+    Without an FP16 variant the network runs in FP32, with a log line saying so (a network exported
+    without one, such as the embedder, still loads).
+    """
     if precision == "fp32":
         return onnx_path
     fp16 = onnx_path.with_name(onnx_path.name.removesuffix(".onnx") + FP16_SUFFIX)
     if not fp16.is_file():
-        raise ConfigError(
-            f"{fp16} does not exist; run `make model`, which writes the FP16 variant, or set precision fp32"
+        log.warning(
+            "%s has no FP16 variant (%s); running FP32 (`make model` writes it for the classifier)",
+            onnx_path,
+            fp16.name,
         )
+        return onnx_path
     return fp16
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import triton_python_backend_utils as pb_utils
 
 from tritonprep.classifier.embedding import OUTPUT, as_embeddings, embedding_dtype, onnx_file
-from tritonprep.classifier.runtimes import load_runtime
+from tritonprep.classifier.runtimes import RuntimeOptions, load_runtime
 from tritonprep.errors import PreprocessError
 from tritonprep.triton.pb import model_config, parameters
 from tritonprep.triton.responses import batched_responses
@@ -23,15 +23,16 @@ log = logging.getLogger("tritonprep.embedder")
 class TritonPythonModel:
     def initialize(self, args):
         config = model_config(args)
+        max_batch = int(config["max_batch_size"])
         try:
             self.dtype = embedding_dtype(config)
             self.runtime = load_runtime(
                 onnx_file(Path(args["model_repository"]) / args["model_version"]),
                 tuple(int(d) for d in config["input"][0]["dims"]),
-                prefer=parameters(config).get("runtime", "auto"),
+                options=RuntimeOptions.from_parameters(parameters(config), max_batch),
                 device_id=int(args["model_instance_device_id"]),
                 use_gpu=args["model_instance_kind"] == "GPU",
-                max_batch=int(config["max_batch_size"]),
+                max_batch=max_batch,
             )
         except PreprocessError as e:
             raise pb_utils.TritonModelException(f"embedder: {e}") from e

@@ -1,0 +1,63 @@
+"""The classifier's runtime choice on a machine without a GPU: options, FP16 variant, the CPU fallback line."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+
+import numpy as np
+import pytest
+
+from tritonprep.classifier.runtimes import RuntimeOptions, load_runtime, model_file
+from tritonprep.errors import ConfigError
+from tritonprep_testkit.servers import ONNX
+
+DIMS = (3, 224, 224)
+
+
+def test_defaults_are_the_fast_gpu_configuration_with_power_of_two_buckets():
+    o = RuntimeOptions.from_parameters({}, 256)
+    assert (o.runtime, o.precision, o.layout, o.cuda_graphs) == ("auto", "fp16", "nhwc", True)
+    assert o.batch_buckets == (1, 2, 4, 8, 16, 32, 64, 128, 256)
+    assert RuntimeOptions.from_parameters({}, 100).batch_buckets == (1, 2, 4, 8, 16, 32, 64, 100)
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"precision": "int8"}, "precision"),
+        ({"layout": "chw"}, "layout"),
+        ({"cuda_graphs": "yes"}, "true or false"),
+        ({"batch_buckets": "1,4,2,256"}, "increasing"),
+        ({"batch_buckets": "1,2,4"}, "end at max_batch_size"),
+        ({"gpu_mem_limit_mb": "lots"}, "whole number"),
+        ({"warp_speed": "9"}, "unknown classifier parameter"),
+    ],
+)
+def test_bad_parameters_say_what_is_allowed(params, message):
+    with pytest.raises(ConfigError, match=message):
+        RuntimeOptions.from_parameters(params, 256)
+
+
+def test_a_missing_fp16_variant_runs_fp32_and_says_so(tmp_path, caplog):
+    onnx = tmp_path / "model.onnx"
+    shutil.copy(ONNX, onnx)
+    with caplog.at_level(logging.WARNING):
+        assert model_file(onnx, "fp16") == onnx
+    assert "has no FP16 variant" in caplog.text
+    (tmp_path / "model.fp16.onnx").write_bytes(b"x")
+    assert model_file(onnx, "fp16") == tmp_path / "model.fp16.onnx"
+    assert model_file(onnx, "fp32") == onnx
+
+
+def test_a_gpu_instance_without_the_gpu_build_runs_on_the_cpu_with_one_line_saying_what_to_install(caplog):
+    ort = pytest.importorskip("onnxruntime")
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("this machine has ONNX Runtime's GPU build")
+    with caplog.at_level(logging.WARNING):
+        rt = load_runtime(ONNX, DIMS, device_id=0, use_gpu=True, max_batch=8)
+    assert rt.name == "onnxruntime-cpu" and not rt.on_gpu
+    lines = [r.getMessage() for r in caplog.records if "runs on the CPU" in r.getMessage()]
+    assert len(lines) == 1 and "gpu-cu13" in lines[0]
+    x = np.zeros((2, *DIMS), np.float32)
+    assert rt.infer_many([x[:1], x[1:]]).shape == (2, 1000)
