@@ -18,13 +18,25 @@ from .corpus import Item
 from .loadgen import GrpcSender
 
 
+def metric_key(name: str, **labels: str) -> str:
+    """A sample's key as :func:`metrics` returns it: ``name{a="1",b="2"}``, labels sorted by name."""
+    return name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """The tritonprep_* samples of a metrics text, keyed by :func:`metric_key` (whatever the label order)."""
+    samples = {}
+    for name, body, value in re.findall(r"^(tritonprep_\w+)\{([^}]*)\} ([0-9.e+-]+)$", text, re.M):
+        samples[metric_key(name, **dict(re.findall(r'(\w+)="([^"]*)"', body)))] = float(value)
+    return samples
+
+
 def metrics(server: EmbeddedServer, settle_s: float = 10.0) -> dict[str, float]:
-    """tritonprep_* samples of the metrics endpoint, {'name{labels}': value}, once the counters
-    have stopped moving (the instance sends them in the background, FLUSH_DELAY_S after a change)."""
+    """tritonprep_* samples of the metrics endpoint (:func:`parse_metrics`), once the counters have
+    stopped moving (the instance sends them in the background, FLUSH_DELAY_S after a change)."""
 
     def read() -> dict[str, float]:
-        text = server.metrics_text()
-        return {k: float(v) for k, v in re.findall(r"^(tritonprep_[^ ]+) ([0-9.e+-]+)$", text, re.M)}
+        return parse_metrics(server.metrics_text())
 
     deadline = time.monotonic() + settle_s
     last = read()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tritonprep_testkit.corpus import Item, build
-from tritonprep_testkit.hostile import library_results, metrics, preprocess_concurrently
+from tritonprep_testkit.hostile import library_results, metric_key, metrics, parse_metrics, preprocess_concurrently
 
 pytestmark = pytest.mark.e2e
 
@@ -46,18 +46,19 @@ def test_corpus_subset_through_the_server_matches_the_library(server, subset):
     delta = {k: after[k] - before.get(k, 0.0) for k in after}
     ok = sum(1 for w in local if not w.errors)
     reasons = Counter(w.errors[0].reason for w in local if w.errors)
-    assert delta['tritonprep_images_total{model="preprocess",path="cpu"}'] == ok
+    assert delta[metric_key("tritonprep_images_total", model="preprocess", device="cpu", path="cpu")] == ok
     for reason in ("decode", "format", "limit", "invalid"):
-        key = f'tritonprep_rejected_total{{model="preprocess",reason="{reason}"}}'
+        key = metric_key("tritonprep_rejected_total", model="preprocess", device="cpu", reason=reason)
         assert delta[key] == reasons.get(reason, 0), reason
     assert reasons["decode"] > 10 and reasons["limit"] >= 3
-    batches = delta['tritonprep_preprocess_seconds_count{model="preprocess"}']
+    batches = delta[metric_key("tritonprep_preprocess_seconds_count", model="preprocess", device="cpu")]
     assert 1 <= batches < len(subset), "requests were never batched together"
-    assert delta['tritonprep_decode_seconds_total{model="preprocess"}'] > 0
+    assert delta[metric_key("tritonprep_decode_seconds_total", model="preprocess", device="cpu")] > 0
 
 
 def test_metrics_are_documented_and_typed(server):
     text = server.metrics_text()
+    samples = parse_metrics(text)
     for name, kind in (
         ("tritonprep_images_total", "counter"),
         ("tritonprep_rejected_total", "counter"),
@@ -67,8 +68,8 @@ def test_metrics_are_documented_and_typed(server):
     ):
         assert f"# TYPE {name} {kind}" in text, name
     for path in ("cpu", "gpu_hw", "gpu_cuda", "cpu_fallback"):
-        assert f'tritonprep_images_total{{model="preprocess",path="{path}"}}' in text
-    assert 'tritonprep_preprocess_seconds_bucket{model="preprocess",le="0.01"}' in text
+        assert metric_key("tritonprep_images_total", model="preprocess", device="cpu", path=path) in samples
+    assert metric_key("tritonprep_preprocess_seconds_bucket", model="preprocess", device="cpu", le="0.01") in samples
 
 
 def test_model_instance_logs_its_executor_and_decoder(server):

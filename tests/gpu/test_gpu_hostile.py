@@ -13,7 +13,7 @@ from collections import Counter
 
 import numpy as np
 
-from tritonprep_testkit.hostile import library_results, metrics, preprocess_concurrently
+from tritonprep_testkit.hostile import library_results, metric_key, metrics, preprocess_concurrently
 
 LEVEL = 1 / 128  # one uint8 level after (x - 127) / 128
 
@@ -55,7 +55,7 @@ def test_corpus_on_the_gpu_matches_the_cpu_executor(gpu_server):
     after = metrics(gpu_server)
     delta = {k: after[k] - before.get(k, 0.0) for k in after}
     paths = {
-        p: delta.get(f'tritonprep_images_total{{model="preprocess",path="{p}"}}', 0.0)
+        p: delta.get(metric_key("tritonprep_images_total", model="preprocess", device="gpu0", path=p), 0.0)
         for p in ("gpu_hw", "gpu_cuda", "cpu_fallback", "cpu")
     }
     print(f"decoded by path: {paths}")  # noqa: T201
@@ -64,10 +64,12 @@ def test_corpus_on_the_gpu_matches_the_cpu_executor(gpu_server):
     assert paths["gpu_hw"] + paths["gpu_cuda"] > 0 and paths["cpu_fallback"] > 0 and paths["cpu"] == 0
     reasons = Counter(w.errors[0].reason for it, w in zip(items, local) if w.errors and it.expect != "any")
     for reason, n in reasons.items():  # the "any" items add to some reasons
-        assert delta[f'tritonprep_rejected_total{{model="preprocess",reason="{reason}"}}'] >= n, reason
+        assert delta[metric_key("tritonprep_rejected_total", model="preprocess", device="gpu0", reason=reason)] >= n, (
+            reason
+        )
     assert (
         sum(
-            delta.get(f'tritonprep_rejected_total{{model="preprocess",reason="{r}"}}', 0.0)
+            delta.get(metric_key("tritonprep_rejected_total", model="preprocess", device="gpu0", reason=r), 0.0)
             for r in ("decode", "format", "limit", "invalid")
         )
         == len(items) - decoded

@@ -1,19 +1,23 @@
 """Custom Prometheus metrics of the preprocess model, served by Triton on its metrics port.
 
 Created through the Python backend's ``pb_utils.MetricFamily`` once per model instance
-(each instance is its own stub process) and labelled with the model name::
+(each instance is its own stub process) and labelled with the model name and the device the
+instance runs on (``gpu0``, ``gpu1``, ... or ``cpu``: instances on one device add up, one line
+per GPU)::
 
-    tritonprep_images_total{model, path}            images decoded, by decoder path
+    tritonprep_images_total{model, device, path}    images decoded, by decoder path
                                                     (cpu, gpu_hw, gpu_cuda, cpu_fallback)
-    tritonprep_rejected_total{model, reason}        images and requests refused, by reason
+    tritonprep_rejected_total{model, device, reason}
+                                                    images and requests refused, by reason
                                                     (decode, format, limit, invalid, internal)
-    tritonprep_decode_seconds_total{model}          seconds spent decoding (CPU executor:
+    tritonprep_decode_seconds_total{model, device}  seconds spent decoding (CPU executor:
                                                     summed over its worker threads)
-    tritonprep_preprocess_seconds{model}            histogram: wall time of each batch
+    tritonprep_preprocess_seconds{model, device}    histogram: wall time of each batch
                                                     (decode + resize + normalize)
-    tritonprep_executing_requests{model, instance}  requests inside execute() now (the
+    tritonprep_executing_requests{model, device, instance}
+                                                    requests inside execute() now (the
                                                     launcher's drain waits for 0)
-    tritonprep_cupy_pool_bytes{model, instance, kind}
+    tritonprep_cupy_pool_bytes{model, device, instance, kind}
                                                     CuPy's default device memory pool
                                                     (kind: used, total), when CuPy is loaded
 
@@ -56,7 +60,7 @@ class PreprocessMetrics:
     docstring). :meth:`close` sends what is left and stops it.
     """
 
-    def __init__(self, model: str, instance: str = "") -> None:
+    def __init__(self, model: str, instance: str = "", device: str = "cpu") -> None:
         self.model = model
         self.enabled = False
         self._pool_sampled = float("-inf")
@@ -74,7 +78,8 @@ class PreprocessMetrics:
         except (ImportError, AttributeError) as e:
             log.info("custom metrics disabled: %s", e)
             return
-        labels = {"model": model}
+        labels = {"model": model, "device": device}
+        self._labels = labels
         images = family(
             name="tritonprep_images_total", description="Images decoded, by decoder path", kind=family.COUNTER
         )
@@ -196,5 +201,5 @@ class PreprocessMetrics:
     def _counter(self, key: tuple[str, str]) -> Any:
         if key not in self._counters:  # a path or reason this version does not know yet
             family, label = self._families[key[0]]
-            self._counters[key] = family.Metric(labels={"model": self.model, label: key[1]})
+            self._counters[key] = family.Metric(labels={**self._labels, label: key[1]})
         return self._counters[key]

@@ -155,8 +155,9 @@ class PreprocessModel:
         self.all_outputs = [*self.image_outputs, *self.config.provenance]
         executor = create_executor(self.config, args["model_instance_kind"], int(args["model_instance_device_id"]))
         self.executor = faults.FaultyExecutor(executor) if faults.enabled() else executor
+        device = f"gpu{executor.device.id}" if executor.name == "gpu" else "cpu"
         self.metrics = PreprocessMetrics(
-            args.get("model_name", config.get("name", "preprocess")), args["model_instance_name"]
+            args.get("model_name", config.get("name", "preprocess")), args["model_instance_name"], device
         )
         self.trimmer = HeapTrimmer()
         self.timer = PhaseTimer(args["model_instance_name"])  # logs phase times with TRITONPREP_PROFILE=1
