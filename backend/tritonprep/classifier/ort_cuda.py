@@ -172,7 +172,9 @@ class OrtCudaRuntime:
         if not self.strict:
             self.name += "+cpu-nodes"
         self.input_name = self._buckets[0].session.get_inputs()[0].name
-        #: batches that arrived from another GPU (Triton copies to the instance's device; this stays 0 then)
+        #: input parts that arrived on another GPU: the Python backend of Triton 2.51 hands a GPU input over
+        #: on the GPU it was made on (it asks for ``TRITONSERVER_MEMORY_GPU`` with the source's device id), so
+        #: a classifier instance on GPU 1 can receive preprocess output from GPU 0; copied peer to peer here
         self.cross_device_copies = 0
         self._warm_thread = threading.get_ident()
         self._warned_thread = False
@@ -305,6 +307,13 @@ class OrtCudaRuntime:
             if lo < hi:
                 if copy_rows(cp, bucket.x[row : row + hi - lo], part[lo - offset : hi - offset], self.stream):
                     self.cross_device_copies += 1
+                    if self.cross_device_copies in (1, 100, 10_000, 1_000_000):
+                        log.info(
+                            "classifier on GPU %d: %d input(s) so far arrived from another GPU and were copied peer to "
+                            "peer (Triton schedules each ensemble step on any free instance)",
+                            self.device.id,
+                            self.cross_device_copies,
+                        )
                 row += hi - lo
             offset += len(part)
         bucket.session.run_with_iobinding(bucket.binding)
