@@ -33,7 +33,7 @@ from tritonprep.launcher.probes import fetch_metrics, free_ports, in_flight
 from tritonprep.launcher.supervise import stub_processes
 from tritonprep.triton import faults
 
-from .loadgen import GrpcSender, Outcome, images, percentile, run_threads
+from .loadgen import GrpcSender, Outcome, images, percentile, run_threads, scenario_settings
 from .servers import running_server
 
 log = logging.getLogger("faults")
@@ -253,12 +253,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def settings(scenario: str, **overrides: object) -> argparse.Namespace:
     """The command line's defaults for ``scenario``, with ``overrides`` (for tests)."""
-    args = add_arguments(argparse.ArgumentParser()).parse_args([scenario])
-    for key, value in overrides.items():
-        if not hasattr(args, key):
-            raise TypeError(f"unknown setting {key!r}")
-        setattr(args, key, value)
-    return args
+    return scenario_settings(add_arguments, [scenario], overrides)
 
 
 def quick_settings(scenario: str, **overrides: object) -> argparse.Namespace:

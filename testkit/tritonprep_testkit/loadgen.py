@@ -8,11 +8,13 @@ bounded in count and time.
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -165,3 +167,20 @@ def report(figures: dict[str, Any], json_path: Path | None = None) -> None:
         sys.stdout.write(f"{key:{width}s} {value}\n")
     if json_path is not None:
         json_path.write_text(json.dumps(figures, indent=2))
+
+
+def scenario_settings(
+    add_arguments: Callable[[argparse.ArgumentParser], argparse.ArgumentParser],
+    argv: list[str],
+    overrides: dict[str, object],
+) -> argparse.Namespace:
+    """A scenario's command-line defaults (``argv`` parsed by ``add_arguments``) with ``overrides`` (for tests).
+
+    An override the command line does not have is a TypeError, so a test cannot set a setting that is ignored.
+    """
+    args = add_arguments(argparse.ArgumentParser()).parse_args(argv)
+    for key, value in overrides.items():
+        if not hasattr(args, key):
+            raise TypeError(f"unknown setting {key!r}")
+        setattr(args, key, value)
+    return args

@@ -30,7 +30,7 @@ from typing import Any
 
 from tritonprep_client import image_input
 
-from .loadgen import GrpcSender, Outcome, categorize, images, memory, percentile, run_threads
+from .loadgen import GrpcSender, Outcome, categorize, images, memory, percentile, run_threads, scenario_settings
 from .servers import running_server
 
 
@@ -218,9 +218,4 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def settings(**overrides: object) -> argparse.Namespace:
     """The command line's defaults with ``overrides`` (for tests)."""
-    args = add_arguments(argparse.ArgumentParser()).parse_args([])
-    for key, value in overrides.items():
-        if not hasattr(args, key):
-            raise TypeError(f"unknown setting {key!r}")
-        setattr(args, key, value)
-    return args
+    return scenario_settings(add_arguments, [], overrides)

@@ -44,7 +44,7 @@ from typing import Any
 
 from tritonprep_client import image_input
 
-from .loadgen import GrpcSender, Outcome, images, memory, percentile, run_threads
+from .loadgen import GrpcSender, Outcome, images, memory, percentile, run_threads, scenario_settings
 from .servers import running_server
 
 EXPECTED = {"good": {"ok"}, "bad": {"rejected-input"}, "deadline": {"ok", "client-deadline"}}
@@ -283,12 +283,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def settings(**overrides: object) -> argparse.Namespace:
     """The command line's defaults with ``overrides`` (for tests)."""
-    args = add_arguments(argparse.ArgumentParser()).parse_args([])
-    for key, value in overrides.items():
-        if not hasattr(args, key):
-            raise TypeError(f"unknown setting {key!r}")
-        setattr(args, key, value)
-    return args
+    return scenario_settings(add_arguments, [], overrides)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
