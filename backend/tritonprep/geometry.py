@@ -19,7 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from .errors import LimitExceeded
 from .spec import PreprocessSpec
+
+#: the largest resized side a plan may have: the GPU kernel addresses the resized image with int32
+MAX_RESIZED_SIDE = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,20 @@ def plan_resize(spec: PreprocessSpec, src_w: int, src_h: int) -> ResizePlan:
         left, top = round((out_w - rw) / 2 - 0.1), round((out_h - rh) / 2 - 0.1)
         return ResizePlan(src_w, src_h, rw, rh, -left, -top)
     return ResizePlan(src_w, src_h, out_w, out_h, 0, 0)
+
+
+def check_resizable(spec: PreprocessSpec, width: int, height: int) -> None:
+    """Raise :class:`LimitExceeded` if resizing a ``width x height`` image (either orientation) under ``spec``
+    makes a side longer than ``MAX_RESIZED_SIDE``: only ``shorter_side_crop`` of an image thinner than about
+    1 : 8,000,000 can, which ``max_pixels`` allows (1 x 16,800,000)."""
+    if spec.resize != "shorter_side_crop" or min(width, height) < 1:
+        return
+    longest = int(spec.resize_shorter * max(width, height) / min(width, height))
+    if longest > MAX_RESIZED_SIDE:
+        raise LimitExceeded(
+            f"image is {width}x{height}: resizing its shorter side to {spec.resize_shorter} makes the other "
+            f"{longest} pixels, over the {MAX_RESIZED_SIDE} a resize can address"
+        )
 
 
 def window_only(spec: PreprocessSpec, plan: ResizePlan) -> bool:

@@ -71,6 +71,14 @@ def stretch_executor(cp, nvimgcodec):
         yield ex
 
 
+def test_an_image_too_thin_to_resize_is_refused_before_decoding(gpu_executor, photos):
+    thin = encode(np.zeros((9_000_000, 1, 3), np.uint8), "PNG")
+    res = gpu_executor.run([encode(photos["rocket"], "PNG"), thin])
+    assert list(res.errors) == [1] and isinstance(res.errors[1], LimitExceeded)
+    cpu = CpuExecutor(PreprocessSpec()).run([encode(photos["rocket"], "PNG"), thin])
+    assert str(cpu.errors[1]) == str(res.errors[1])
+
+
 @pytest.mark.parametrize("orientation", range(1, 9))
 def test_exif_orientation_on_the_gpu(stretch_executor, photos, orientation):
     """All 8 EXIF orientations, on a 300x200 picture: the GPU path turns it upright like Pillow."""
@@ -138,6 +146,33 @@ def test_stream_ordering_stress(cp, nvimgcodec, photos):
             got = out.get()
             mismatches += sum(int(not np.array_equal(got[k], reference[i])) for k, i in enumerate(idx))
     assert mismatches == 0
+
+
+def test_a_decoder_stage_used_twice_in_one_call_never_reuses_its_own_buffers(cp, nvimgcodec, photos):
+    """hw_decoder_share < 1 with progressive JPEGs: the CUDA stage decodes its share beside the hardware,
+    then again the hardware's leftovers (progressive), in one call. Its output images are pooled across
+    calls; the second use must not decode into buffers the first filled (every image equal to its
+    decode in a batch of its own)."""
+    from tritonprep.executors.gpu import GpuExecutor
+
+    rng = np.random.default_rng(7)
+    src = Image.fromarray(photos["astronaut"])
+    pool = [
+        encode(
+            np.asarray(src.resize((int(rng.integers(300, 700)), int(rng.integers(300, 700))))),
+            "JPEG",
+            quality=90,
+            progressive=bool(k % 3 == 0),
+        )
+        for k in range(36)
+    ]
+    spec = PreprocessSpec(mean=(0, 0, 0), std=(1, 1, 1), hw_decoder_share=0.5)
+    with GpuExecutor(spec, 0) as ex:
+        # each image decoded on its own stage (the split is by the image's bytes: two copies go the same way)
+        alone = {i: ex.run([pool[i], pool[i]]).output.get()[0] for i in range(len(pool))}
+        for _ in range(3):
+            got = ex.run(pool).output.get()
+            assert [i for i in range(len(pool)) if not np.array_equal(got[i], alone[i])] == []
 
 
 def test_hardware_and_cuda_decoders_split_deterministically(cp, nvimgcodec, photos):

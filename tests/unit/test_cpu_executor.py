@@ -77,6 +77,16 @@ def test_pathological_aspect_ratio_stays_bounded(photos):
     assert not res.errors
 
 
+def test_an_image_too_thin_to_resize_is_refused_alone(photos):
+    """1 x 9,000,000 is under max_pixels, but its shorter side at 256 would make it 2.3e9 rows tall: over the
+    int32 the GPU kernel addresses. Both executors refuse it (the same check), and only it."""
+    thin = np.zeros((9_000_000, 1, 3), np.uint8)
+    res = CpuExecutor(PreprocessSpec()).run([encode(photos["rocket"], "PNG"), encode(thin, "PNG")])
+    assert list(res.errors) == [1] and isinstance(res.errors[1], LimitExceeded)
+    assert "1x9000000" in str(res.errors[1]) and "2304000000" in str(res.errors[1])
+    assert np.isfinite(res.output[0]).all()
+
+
 def test_limits_reject_per_image(jpegs):
     ex = CpuExecutor(PreprocessSpec(limits=Limits(max_pixels=200_000)))
     res = ex.run([jpegs["chelsea"], jpegs["astronaut"]])  # 451x300 ok, 512x512 over

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tritonprep.geometry import ResizePlan, plan_resize
+from tritonprep.errors import LimitExceeded
+from tritonprep.geometry import MAX_RESIZED_SIDE, ResizePlan, check_resizable, plan_resize
 from tritonprep.spec import PreprocessSpec
 
 CROP = PreprocessSpec()
@@ -43,3 +44,12 @@ def test_letterbox_centres_and_pads(w, h, plan):
 def test_stretch_ignores_aspect_ratio():
     spec = PreprocessSpec(resize="stretch", output_height=100, output_width=300)
     assert plan_resize(spec, 640, 480) == ResizePlan(640, 480, 300, 100, 0, 0)
+
+
+def test_a_resize_past_int32_is_refused_in_either_orientation():
+    check_resizable(CROP, 1, 8_000_000)  # 2.048e9 rows: fits
+    for w, h in ((1, 9_000_000), (9_000_000, 1)):
+        with pytest.raises(LimitExceeded, match="makes the other 2304000000 pixels"):
+            check_resizable(CROP, w, h)
+    check_resizable(LETTERBOX, 1, 16_800_000)  # letterbox and stretch never exceed the output size
+    assert plan_resize(CROP, 1, 8_000_000).resized_h <= MAX_RESIZED_SIDE

@@ -28,7 +28,7 @@ import logging
 import threading
 import zlib
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,11 +81,24 @@ def _make_decoder(nv: Any, device_id: int, kinds: tuple[Any, ...], options: str,
 
 
 class _Stage:
-    """One nvImageCodec decoder object, the path it stands for and the output images it reuses."""
+    """One nvImageCodec decoder object, the path it stands for and the output images it reuses.
+
+    ``free`` holds output images nothing reads any more; ``lent`` those handed out since the last
+    :meth:`release`, whose pixels the executor's kernel may still read. A call takes from ``free``
+    only, so two calls before a release (the bisection of a failing batch, the CUDA stage running
+    beside the hardware and again for its leftovers) never decode into the same buffers.
+    """
 
     def __init__(self, path: str, decoder: Any) -> None:
         self.path, self.decoder = path, decoder
-        self.pool: list[Any] = []
+        self.free: list[Any] = []
+        self.lent: list[Any] = []
+
+    def release(self) -> None:
+        """Make every lent image reusable; buffers grown past ``_POOL_MAX_BYTES`` are dropped."""
+        keep = [img for img in self.lent if img.capacity <= _POOL_MAX_BYTES]
+        self.free.extend(keep[: max(0, _POOL_MAX_IMAGES - len(self.free))])
+        self.lent.clear()
 
 
 class GpuDecoder:
@@ -167,10 +180,23 @@ class GpuDecoder:
         """Stop the helper threads; the decoders themselves stay alive until the process ends."""
         if self._pool is not None:
             self._pool.shutdown(wait=True)
-        for stage in [*self.hw, *([self.cuda] if self.cuda else [])]:
-            stage.pool.clear()
+        for stage in self._stages():
+            stage.free.clear()
+            stage.lent.clear()
         self.hw.clear()
         self.cuda = None
+
+    def _stages(self) -> list[_Stage]:
+        return [*self.hw, *([self.cuda] if self.cuda else [])]
+
+    def release(self) -> None:
+        """Let the next calls reuse the output images decoded so far.
+
+        Call it when nothing reads them any more: after the stream that read them was synchronized,
+        or before new work on that same stream (the new decodes are ordered after the old reads).
+        """
+        for stage in self._stages():
+            stage.release()
 
     def _wrap(self, img: Any, path: str) -> DecodedImage | None:
         if img is None or img.buffer_kind != self.nv.ImageBufferKind.STRIDED_DEVICE:
@@ -189,25 +215,21 @@ class GpuDecoder:
     ) -> list[int]:
         """Decode ``todo`` with one decoder object; fill ``results``; return what it could not decode.
 
-        The output images of earlier calls are handed back to nvImageCodec for reuse (their
-        device buffers are resized only when too small), so steady traffic stops allocating
-        and freeing device memory per image. Safe because the executor synchronizes its
-        stream before the next call. Buffers grown past ``_POOL_MAX_BYTES`` are not kept.
+        Output images released earlier (:meth:`release`) are handed back to nvImageCodec for reuse
+        (their device buffers are resized only when too small), so steady traffic stops allocating
+        and freeing device memory per image; the images of this call stay lent until the next release.
         """
         if not todo:
             return []
-        pool = stage.pool
         streams = [self.nv.CodeStream(data[i]) for i in todo]
-        if len(pool) >= len(todo):
-            images = stage.decoder.decode(
-                streams, images=pool[: len(todo)], params=self.params, cuda_stream=self.stream.ptr
-            )
+        if len(stage.free) >= len(todo):
+            reuse = stage.free[: len(todo)]
+            del stage.free[: len(todo)]
+            stage.lent.extend(reuse)
+            images = stage.decoder.decode(streams, images=reuse, params=self.params, cuda_stream=self.stream.ptr)
         else:
             images = stage.decoder.decode(streams, params=self.params, cuda_stream=self.stream.ptr)
-            pool.extend(img for img in images if img is not None)
-            del pool[_POOL_MAX_IMAGES:]
-        if any(img is not None and img.capacity > _POOL_MAX_BYTES for img in images):
-            pool[:] = [img for img in pool if img.capacity <= _POOL_MAX_BYTES]
+            stage.lent.extend(img for img in images if img is not None)
         left = []
         for i, img in zip(todo, images):
             results[i] = self._wrap(img, stage.path)
@@ -226,7 +248,10 @@ class GpuDecoder:
             self._pool.submit(self._run_stage, stage, data, chunk, results)
             for stage, chunk in zip(self.hw[1:], chunks[1:])
         ]
-        left = self._run_stage(self.hw[0], data, chunks[0], results)
+        try:
+            left = self._run_stage(self.hw[0], data, chunks[0], results)
+        finally:  # never leave a decoder busy on another thread: the caller may call it again at once
+            wait(futures)
         for f in futures:
             left += f.result()
         return sorted(left)
@@ -241,8 +266,12 @@ class GpuDecoder:
             cuda = [i for i in todo if not to_hw[i]]
             todo = [i for i in todo if to_hw[i]]
             side = self._pool.submit(self._run_stage, self.cuda, data, cuda, results) if cuda else None
-        if self.hw:
-            todo = self._run_hardware(data, todo, results)
+        try:
+            if self.hw:
+                todo = self._run_hardware(data, todo, results)
+        finally:
+            if side is not None:
+                wait([side])
         if side is not None:
             side.result()  # what the CUDA stage could not decode stays None: Pillow takes it
         if todo and self.cuda is not None:  # the hardware decoders' leftovers (progressive, odd subsampling)

@@ -18,7 +18,7 @@ from PIL import Image
 
 from ..decode.pillow import decode_pil
 from ..errors import ImageError
-from ..geometry import plan_resize, window_only
+from ..geometry import check_resizable, plan_resize, window_only
 from ..spec import PreprocessConfig, PreprocessSpec
 from .base import BatchResult, ImageInfo, Wanted, as_config, resolve_wanted
 from .opencv import import_cv2, resize_cv2
@@ -87,6 +87,8 @@ class CpuExecutor:
         t0 = time.perf_counter()
         try:
             im = decode_pil(data, self.spec.limits)
+            for _, spec in self.config.outputs:  # the same check as the GPU executor's, on every output
+                check_resizable(spec, im.width, im.height)
         except ImageError as e:
             return e, time.perf_counter() - t0
         decode_s = time.perf_counter() - t0

@@ -23,8 +23,8 @@ import numpy as np
 from ..decode import ImageHeader, validate
 from ..decode.nvimgcodec import DecodedImage, GpuDecoder
 from ..decode.pillow import decode_rgb
-from ..errors import ImageError, InstanceFailed, RuntimeUnavailable
-from ..geometry import plan_resize
+from ..errors import STICKY_CUDA_ERRORS, ImageError, InstanceFailed, RuntimeUnavailable
+from ..geometry import check_resizable, plan_resize
 from ..kernels.layout import ImageMeta, pack
 from ..spec import PreprocessConfig, PreprocessSpec
 from .base import BatchResult, ImageInfo, Wanted, as_config, resolve_wanted
@@ -33,12 +33,6 @@ log = logging.getLogger(__name__)
 
 #: the largest pinned staging buffer kept between calls (bigger uploads get a temporary one)
 STAGING_KEEP_BYTES = 64 << 20
-
-#: CUDA errors after which the context is unusable for the life of the process (the same
-#: numbers for the runtime and the driver API): illegal address, launch timeout, context
-#: destroyed, device assert, hardware stack error, illegal instruction, misaligned address,
-#: invalid address space, invalid PC, launch failure, unknown
-STICKY_CUDA_ERRORS = frozenset({700, 702, 709, 710, 714, 715, 716, 717, 718, 719, 999})
 
 
 def _import_cupy() -> Any:
@@ -115,7 +109,11 @@ class GpuExecutor:
         self._pool = ThreadPoolExecutor(max_workers=spec.resolved_cpu_threads, thread_name_prefix="tritonprep-gpu-cpu")
         self._pinned: Any = None
         self._in_flight_staging: Any = None
-        self._warm_up()
+        try:
+            self._warm_up()
+        except BaseException:  # the caller never gets this executor: stop its threads and decoders here
+            self.close()
+            raise
 
     def describe(self) -> str:
         """One line for the log: the device, the decoder stages and the kernel's options."""
@@ -224,12 +222,14 @@ class GpuExecutor:
         self.stream.synchronize()
 
     def inject_illegal_address(self) -> None:
-        """Fault injection only: poison the CUDA context (see tritonprep.faults)."""
+        """Fault injection only: poison the CUDA context (see tritonprep.triton.faults)."""
         self._kernels.illegal_write(self.stream)
 
     def _run(self, images: Sequence[bytes], wanted: dict[str, list[int]]) -> BatchResult:
         t0 = time.perf_counter()
         cp, spec = self.cp, self.spec
+        if self.decoder is not None:  # the last call's images: read by work that precedes ours on this stream
+            self.decoder.release()
         errors: dict[int, ImageError] = {}
         headers: dict[int, ImageHeader] = {}
         gpu_idx: list[int] = []
@@ -237,6 +237,8 @@ class GpuExecutor:
         for i, data in enumerate(images):
             try:
                 headers[i] = validate(data, spec.limits)
+                for _, out_spec in self.config.outputs:  # before anything is decoded: see check_resizable
+                    check_resizable(out_spec, headers[i].width, headers[i].height)
             except ImageError as e:
                 errors[i] = e
                 continue
@@ -298,10 +300,12 @@ class GpuExecutor:
 
     def close(self) -> None:
         """Wait for outstanding GPU work, then release the decoders and the CPU fallback threads."""
-        self.stream.synchronize()
-        if self.decoder is not None:
-            self.decoder.close()
-        self._pool.shutdown(wait=True)
+        try:
+            self.stream.synchronize()
+        finally:  # a poisoned context raises here: the threads are stopped all the same
+            if self.decoder is not None:
+                self.decoder.close()
+            self._pool.shutdown(wait=True)
 
     def __enter__(self) -> GpuExecutor:
         return self

@@ -67,10 +67,9 @@ def linear_window(src: np.ndarray, plan: ResizePlan, out_w: int, out_h: int) -> 
     ys = np.arange(out_h) + plan.offset_y
     x0, x1, a0, a1 = axis_coefficients(xs, plan.src_w, plan.resized_w, clamp=True)
     y0, y1, b0, b1 = axis_coefficients(ys, plan.src_h, plan.resized_h, clamp=False)
-    img = src.astype(np.int64)
 
     def horizontal(rows: np.ndarray) -> np.ndarray:
-        r = img[rows]
+        r = src[rows].astype(np.int64)  # only the rows the window reads: the source may be 16.8 MP
         return r[:, x0] * a0[None, :, None] + r[:, x1] * a1[None, :, None]
 
     h0, h1 = horizontal(y0), horizontal(y1)
