@@ -39,13 +39,13 @@ def nothing_outlives_the_suite() -> Iterator[None]:
     marker = f"{os.getpid()}-{secrets.token_hex(4)}"
     os.environ[leftovers.SESSION_ENV] = marker
     sweep()
-    regions_before = leftovers.region_names()
+    regions_before, folders_before = leftovers.region_names(), leftovers.work_dir_paths()
     yield
     deadline = time.monotonic() + SESSION_BOUND_S
-    left = leftovers.of_session(marker, regions_before)
+    left = leftovers.of_session(marker, regions_before, folders_before)
     while left and time.monotonic() < deadline:
         time.sleep(0.2)
-        left = leftovers.of_session(marker, regions_before)
+        left = leftovers.of_session(marker, regions_before, folders_before)
     if left:
         left.remove()
         pytest.fail(f"outlived the test suite by {SESSION_BOUND_S:.0f} s (now removed): {left}")

@@ -50,7 +50,10 @@ def break_and_recover(scenario: str, args: argparse.Namespace, workdir: Path) ->
     lock = threading.Lock()
     stop = threading.Event()
     env = {faults.ENV: "1"}
-    with running_server(workdir / "tritonserver.log", supervise=True, env=env, grace_s=args.grace) as (server, sup):
+    # every model's config.pbtxt, also on a GPU: one preprocess instance, so breaking it is an outage
+    # (the GPU configuration runs four; killing one of them would leave the other three serving)
+    log_path = workdir / "tritonserver.log"
+    with running_server(log_path, supervise=True, env=env, grace_s=args.grace, model_config_name="") as (server, sup):
         assert sup is not None
 
         def client(i: int) -> None:

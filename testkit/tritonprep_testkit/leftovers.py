@@ -1,13 +1,14 @@
-"""What outlives a server or a test run: processes, /dev/shm regions and GPU memory.
+"""What outlives a server or a test run: processes, /dev/shm regions, work folders and GPU memory.
 
 * :func:`of_server` - what is left of one server (given its region prefix): live processes that carry
   the prefix (tritonserver, its stubs, anything a model started with it), its watchdog, its regions;
   :func:`wait_clean` waits until nothing is, within a bound
 * :func:`of_session` - tritonserver, stub and watchdog processes whose environment carries a test
-  session's marker (:data:`SESSION_ENV`, inherited by every server a session starts), and tritonprep
-  regions created since the session began whose watchdog is dead or carries the marker
-* :func:`of_host` - every tritonprep server process and region of this pid namespace (after a suite on
-  a machine of its own, such as the GPU machine)
+  session's marker (:data:`SESSION_ENV`, inherited by every server a session starts), tritonprep
+  regions created since the session began whose watchdog is dead or carries the marker, and work
+  folders created since then whose launcher is dead, is the session's process or carries the marker
+* :func:`of_host` - every tritonprep server process, region and work folder of this pid namespace (after
+  a suite on a machine of its own, such as the GPU machine)
 * :func:`gpu_snapshot` / :func:`gpu_leftovers` - GPU memory in use and the processes holding a CUDA
   context (``nvidia-smi``), against a baseline; None without ``nvidia-smi``
 
@@ -33,20 +34,22 @@ WATCHDOG_MODULE = "tritonprep.launcher.watchdog"
 
 @dataclass
 class Leftovers:
-    """Processes (``"pid name"``) and /dev/shm region names that should be gone."""
+    """Processes (``"pid name"``), /dev/shm region names and work folders that should be gone."""
 
     processes: list[str] = field(default_factory=list)
     regions: list[str] = field(default_factory=list)
     pids: list[int] = field(default_factory=list)
+    folders: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.processes or self.regions)
+        return bool(self.processes or self.regions or self.folders)
 
     def __str__(self) -> str:
-        return f"processes {self.processes or 'none'}, regions {self.regions or 'none'}"
+        text = f"processes {self.processes or 'none'}, regions {self.regions or 'none'}"
+        return text + (f", work folders {self.folders}" if self.folders else "")
 
     def remove(self) -> None:
-        """SIGKILL the processes and unlink the regions (after a check failed, so that nothing stays)."""
+        """SIGKILL the processes, unlink the regions, remove the folders (after a failed check: nothing stays)."""
         for pid in self.pids:
             try:
                 os.kill(pid, 9)
@@ -54,6 +57,8 @@ class Leftovers:
                 pass
         for name in self.regions:
             (reaper.SHM_DIR / name).unlink(missing_ok=True)
+        for folder in self.folders:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _live(p: reaper.Proc) -> bool:
@@ -64,21 +69,30 @@ def _describe(procs: list[reaper.Proc]) -> tuple[list[str], list[int]]:
     return [f"{p.pid} {p.name}" for p in procs], [p.pid for p in procs]
 
 
-def of_server(prefix: str) -> Leftovers:
-    """What is left of the server whose regions are ``/dev/shm/<prefix>*``."""
+def of_server(prefix: str, work_dir: Path | None = None) -> Leftovers:
+    """What is left of the server whose regions are ``/dev/shm/<prefix>*`` (and its work folder, if given)."""
     procs = [p for p in reaper.processes() if _live(p) and p.carries(prefix)]
     owner = reaper.owner_of(prefix)
     if owner is not None and owner.alive():
         procs += [p for p in reaper.processes() if p.pid == owner.pid]
     names, pids = _describe(procs)
-    return Leftovers(names, [r.name for r in reaper.regions(prefix)], pids)
+    folders = [str(work_dir)] if work_dir is not None and work_dir.exists() else []
+    return Leftovers(names, [r.name for r in reaper.regions(prefix)], pids, folders)
 
 
-def wait_clean(prefix: str, bound_s: float) -> float:
+def work_dir_of(prefix: str) -> Path:
+    """The work folder of the running server with ``prefix`` (from its tritonserver's ``--backend-directory``)."""
+    for p in reaper.server_processes(prefix):
+        if p.name == reaper.SERVER_BINARY and "--backend-directory" in p.argv:
+            return Path(p.argv[p.argv.index("--backend-directory") + 1]).parent
+    raise LookupError(f"no running tritonserver with the prefix {prefix}")
+
+
+def wait_clean(prefix: str, bound_s: float, work_dir: Path | None = None) -> float:
     """Seconds until nothing of the server with ``prefix`` is left; AssertionError if something is after ``bound_s``."""
     start = time.monotonic()
     while True:
-        left = of_server(prefix)
+        left = of_server(prefix, work_dir)
         elapsed = time.monotonic() - start
         if not left:
             return elapsed
@@ -103,7 +117,12 @@ def region_names() -> set[str]:
     return {p.name for p in reaper.SHM_DIR.glob("tritonprep_*")} if reaper.SHM_DIR.is_dir() else set()
 
 
-def of_session(marker: str, regions_before: set[str]) -> Leftovers:
+def work_dir_paths() -> set[str]:
+    """The tritonprep work folders in the temporary directory now."""
+    return {str(p) for p in reaper.work_dirs()}
+
+
+def of_session(marker: str, regions_before: set[str], folders_before: set[str] | None = None) -> Leftovers:
     """What the test session with ``marker`` left (see the module's description)."""
     needle = f"{SESSION_ENV}={marker}".encode()
     procs = [p for p in reaper.processes() if _live(p) and _is_server_process(p) and needle in _environ(p.pid)]
@@ -116,7 +135,15 @@ def of_session(marker: str, regions_before: set[str]) -> Leftovers:
             continue
         if not owner.alive() or needle in _environ(owner.pid):
             regions.append(name)
-    return Leftovers(names, regions, pids)
+    folders = []
+    for path in sorted(work_dir_paths() - (folders_before or set())):
+        owner = reaper.work_dir_owner(Path(path).name)
+        if owner is None or owner.namespace != namespace:
+            continue
+        # the launcher is this process (its /proc environ predates the marker) or one it started
+        if not owner.alive() or owner.pid == os.getpid() or needle in _environ(owner.pid):
+            folders.append(path)
+    return Leftovers(names, regions, pids, folders)
 
 
 def of_host() -> Leftovers:
@@ -129,7 +156,9 @@ def of_host() -> Leftovers:
         if _live(p) and (WATCHDOG_MODULE in p.argv or (_is_server_process(p) and p.carries(head)))
     ]
     names, pids = _describe(procs)
-    return Leftovers(names, sorted(n for n in region_names() if n.startswith(head)), pids)
+    regions = sorted(n for n in region_names() if n.startswith(head))
+    folders = sorted(p for p in work_dir_paths() if f"{reaper.WORK_DIR_PREFIX}{reaper.pid_namespace()}-" in p)
+    return Leftovers(names, regions, pids, folders)
 
 
 def foreign_regions() -> list[str]:

@@ -31,10 +31,13 @@ def running_server(
     env: dict[str, str] | None = None,
     repository: Path = MODEL_REPOSITORY,
     exit_timeout_s: int = 30,
+    model_config_name: str | None = None,
     **supervisor_kw: object,
 ) -> Iterator[tuple[EmbeddedServer, Supervisor | None]]:
     """A ready embedded server on free ports (and its supervisor), stopped on exit, whatever happens."""
-    options = local_options(repository, env=tuple((env or {}).items()), exit_timeout_s=exit_timeout_s)
+    options = local_options(
+        repository, env=tuple((env or {}).items()), exit_timeout_s=exit_timeout_s, model_config_name=model_config_name
+    )
     server = EmbeddedServer(options, log_path)
     supervisor = None
     with server:

@@ -5,7 +5,8 @@ which with ``TRITONPREP_TEST_HELPER=1`` starts a process of its own and with
 ``TRITONPREP_TEST_FINALIZE_S`` hangs in ``finalize()``, and ``chatty``, whose stub logs every
 millisecond and therefore deadlocks when tritonserver dies under it, ignoring SIGTERM), ends it one
 way, and checks that within ``BOUND_S`` nothing is left: no process carrying the server's region
-prefix (tritonserver, stubs, the model's helper), no watchdog, no ``/dev/shm/<prefix>*``.
+prefix (tritonserver, stubs, the model's helper), no watchdog, no ``/dev/shm/<prefix>*``, and where
+the launcher dies, no work folder (the copy of the Python backend).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import pytest
 from tritonprep.launcher.probes import free_ports
 from tritonprep.launcher.process import EmbeddedServer
 from tritonprep.launcher.supervise import stub_processes
-from tritonprep_testkit.leftovers import of_server, wait_clean
+from tritonprep_testkit.leftovers import of_server, wait_clean, work_dir_of
 from tritonprep_testkit.servers import local_options, running_server
 
 pytestmark = pytest.mark.e2e
@@ -168,10 +169,13 @@ def test_launcher_killed_with_sigkill_leaves_nothing(tmp_path):
     try:
         [(_, prefix)] = servers_in(log)
         assert_running(prefix)
+        work_dir = work_dir_of(prefix)
+        assert work_dir.is_dir()
         proc.kill()
         start = time.monotonic()
         proc.wait()
-        figure("launcher SIGKILLed, until nothing is left", wait_clean(prefix, BOUND_S - (time.monotonic() - start)))
+        left_s = wait_clean(prefix, BOUND_S - (time.monotonic() - start), work_dir)
+        figure("launcher SIGKILLed, until nothing is left", left_s)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -266,13 +270,14 @@ def test_pytest_teardown_leaves_nothing(tmp_path, mode):
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
             time.sleep(0.05)
         prefix = info.read_text()
+        work_dir = work_dir_of(prefix)
         start = time.monotonic()
         if mode == "interrupted":
             proc.send_signal(signal.SIGINT)
         elif mode == "killed":
             proc.kill()
         output = proc.communicate(timeout=BOUND_S)[0]
-        wait_clean(prefix, BOUND_S - (time.monotonic() - start))
+        wait_clean(prefix, BOUND_S - (time.monotonic() - start), work_dir)
         figure(f"pytest, test {mode}, until nothing is left", time.monotonic() - start)
     finally:
         if proc.poll() is None:

@@ -30,6 +30,13 @@ def test_an_explicit_config_name_wins(monkeypatch):
     assert cmd[cmd.index("--model-config-name") + 1] == "tensorrt"
 
 
+def test_an_empty_config_name_serves_every_models_config_pbtxt_on_a_gpu(monkeypatch):
+    monkeypatch.setattr(install, "gpu_count", lambda: 1)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    cmd = process.EmbeddedServer(ServerOptions(model_config_name="")).command(Path("/backends"))
+    assert "--model-config-name" not in cmd and "--cuda-memory-pool-byte-size" in cmd
+
+
 @pytest.mark.parametrize(
     ("visible", "gpus", "child", "pools"),
     [
@@ -66,3 +73,14 @@ def test_the_gpus_option_parses_indices():
     assert build_parser().parse_args(["--gpus", "0,2"]).gpus == (0, 2)
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--gpus", "0,0"])
+
+
+def test_a_missing_gpu_leaves_no_server_folder_behind(monkeypatch, tmp_path):
+    monkeypatch.setattr(install, "gpu_count", lambda: 1)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(process.tempfile, "tempdir", str(tmp_path))
+    server = process.EmbeddedServer(ServerOptions(gpus=(1,)), tmp_path / "server.log")
+    with pytest.raises(ServerError, match="do not exist"):
+        server.start()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("tritonprep-server-")] == []
+    assert server.watchdog is None and server._workdir is None

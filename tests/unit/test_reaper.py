@@ -1,5 +1,6 @@
 """The rules of tritonprep.launcher.reaper, on regions in a temporary folder and on stand-in processes (a
-shell named ``triton_python_backend_stub`` or ``tritonserver``): no Triton, and /dev/shm is never touched."""
+shell named ``triton_python_backend_stub`` or ``tritonserver``): no Triton; /dev/shm and the real temporary
+directory are never touched."""
 
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ from tritonprep.launcher.reaper import (
     remove_regions,
     start_time,
     sweep,
+    work_dir_owner,
+    work_dir_prefix,
+    work_dirs,
 )
 
 LOOP = "trap '' TERM; while :; do sleep 0.1; done"  # ignores SIGTERM, like a deadlocked stub
@@ -116,10 +120,10 @@ def test_sweep_removes_only_regions_that_nothing_can_use(tmp_path, spawn):
     helper = spawn("sh", "sleep 30", carried.prefix)
     wait_running(helper.pid, carried.prefix)
     with open(shm / names["held"], "rb"):
-        swept = sweep(shm)
+        swept = sweep(shm, tmp_path)
     assert swept.removed == [names["dead"]]
     assert sorted(p.name for p in shm.iterdir()) == sorted(n for k, n in names.items() if k != "dead")
-    assert sweep(shm).removed == [names["held"]]  # closed now
+    assert sweep(shm, tmp_path).removed == [names["held"]]  # closed now
 
 
 def test_sweep_kills_stubs_whose_watchdog_and_server_are_gone(tmp_path, spawn):
@@ -140,7 +144,7 @@ def test_sweep_kills_stubs_whose_watchdog_and_server_are_gone(tmp_path, spawn):
     while not children(server.pid):
         assert time.monotonic() < deadline
         time.sleep(0.01)
-    swept = sweep(tmp_path)
+    swept = sweep(tmp_path, tmp_path)
     assert swept.killed == [orphan.pid]
     assert orphan.wait(5) == -9
     assert with_watchdog.poll() is None and server.poll() is None
@@ -162,3 +166,26 @@ def test_kill_server_kills_tritonserver_and_stubs_carrying_the_prefix(tmp_path, 
     (shm / "triton_python_backend_shm_region_a").write_bytes(b"")
     assert remove_regions(dead.prefix, shm) == [dead.prefix + "a"]
     assert [p.name for p in shm.iterdir()] == ["triton_python_backend_shm_region_a"]
+
+
+def test_sweep_removes_work_folders_of_dead_launchers_that_nothing_names(tmp_path, spawn):
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    dead, stopping = dead_owner(), dead_owner()
+    me = live_owner()
+    assert work_dir_prefix(os.getpid()) == f"tritonprep-server-{me.namespace}-{me.pid}-{me.start_time}-"
+    assert work_dir_owner(work_dir_prefix(os.getpid()) + "x1") == me
+    assert owner_of(work_dir_prefix(os.getpid())) is None  # never taken for a region prefix (stubs live inside)
+    folders = {
+        "dead": tmp_path / f"tritonprep-server-{dead.namespace}-{dead.pid}-{dead.start_time}-a1",
+        "live": tmp_path / (work_dir_prefix(os.getpid()) + "b2"),  # this process is its launcher
+        "stopping": tmp_path / f"tritonprep-server-{stopping.namespace}-{stopping.pid}-{stopping.start_time}-c3",
+    }
+    for folder in folders.values():
+        (folder / "backends").mkdir(parents=True)
+    helper = spawn("tritonserver", "sleep 30", f"--backend-directory={folders['stopping']}/backends")
+    wait_running(helper.pid, str(folders["stopping"]))  # a server still stopping names its folder
+    assert work_dirs(tmp_path) == sorted(folders.values())
+    swept = sweep(shm, tmp_path)
+    assert swept.folders == [folders["dead"].name]
+    assert work_dirs(tmp_path) == sorted([folders["live"], folders["stopping"]])

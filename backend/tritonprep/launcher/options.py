@@ -27,7 +27,8 @@ class ServerOptions:
     http_port: int = 8000
     grpc_port: int = 8001
     metrics_port: int = 8002
-    #: ``<model>/configs/<name>.pbtxt`` where present; None: "gpu" on a machine with a GPU, else config.pbtxt
+    #: ``<model>/configs/<name>.pbtxt`` where present; None: "gpu" on a machine with a GPU, else config.pbtxt;
+    #: "": every model's config.pbtxt, GPU or not
     model_config_name: str | None = None
     log_verbose: int = 0
     #: per-GPU CUDA memory pool; Triton copies GPU outputs of Python models into it

@@ -43,7 +43,7 @@ from ..errors import ServerError
 from .install import TritonInstall, visible_gpus
 from .options import ADMIN_KEY_ENV, GRPC_HEADER_PREFIX, ServerOptions
 from .probes import fetch_metrics, in_flight
-from .reaper import kill_server, prefix_of, remove_regions, sweep
+from .reaper import kill_server, prefix_of, remove_regions, sweep, work_dir_prefix
 
 log = logging.getLogger(__name__)
 
@@ -163,9 +163,14 @@ class EmbeddedServer:
             )
         install = TritonInstall.find()
         sweep()
-        self._workdir = Path(tempfile.mkdtemp(prefix="tritonprep-server-"))
-        backend_dir = install.make_backend_dir(self._workdir / "backends")
-        server_cmd = [str(install.binary)] + self.command(backend_dir)
+        self._workdir = Path(tempfile.mkdtemp(prefix=work_dir_prefix(os.getpid())))
+        try:  # a GPU that is not there (--gpus) fails here: remove the folder, leave nothing behind
+            backend_dir = install.make_backend_dir(self._workdir / "backends")
+            server_cmd = [str(install.binary)] + self.command(backend_dir)
+            env = self.environment(install)
+        except BaseException:
+            self.stop()
+            raise
         log.debug("starting %s", " ".join(server_cmd))
         out = None
         if self.log_path is not None:
@@ -185,13 +190,15 @@ class EmbeddedServer:
             str(self.options.exit_timeout_s + 10),
             "--report-fd",
             str(report_w),
+            "--work-dir",
+            str(self._workdir),
             "--",
             *server_cmd,
         ]
         try:
             self.watchdog = subprocess.Popen(
                 watchdog_cmd,
-                env=self.environment(install),
+                env=env,
                 stdin=lifeline_r,
                 stdout=out,
                 stderr=subprocess.STDOUT if out else None,

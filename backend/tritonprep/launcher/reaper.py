@@ -21,6 +21,12 @@ be read, such as this VM's init even for root, would have to open the region by 
 purpose; counting every such process as a user would keep every region forever.) It never
 touches Triton's default names (``triton_python_backend_shm_region_*``) or a prefix of another
 pid namespace: those may belong to servers that this process cannot see.
+
+Each start also has a work folder (the copy of the Python backend tritonserver loads), named after
+the launcher process, ``$TMPDIR/tritonprep-server-<pid namespace>-<pid>-<start time>-*`` (not in the
+region prefix's form: the stubs' paths lie inside it, and their owner is the watchdog, not the launcher).
+The watchdog removes it once its server is gone; :func:`sweep` removes those whose launcher is dead
+and that no live process names on its command line (a watchdog killed with its launcher).
 """
 
 from __future__ import annotations
@@ -28,7 +34,9 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import signal
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,9 +46,12 @@ from ..errors import ServerError
 log = logging.getLogger(__name__)
 
 SHM_DIR = Path("/dev/shm")
+#: the start of every work folder's name, in the temporary directory
+WORK_DIR_PREFIX = "tritonprep-server-"
 SERVER_BINARY = "tritonserver"
 STUB_BINARY = "triton_python_backend_stub"
 _PREFIX = re.compile(r"tritonprep_(\d+)_(\d+)_(\d+)_")
+_WORK_DIR = re.compile(r"^tritonprep-server-(\d+)-(\d+)-(\d+)-")
 
 
 def pid_namespace() -> int:
@@ -89,6 +100,26 @@ def prefix_of(watchdog_pid: int) -> str:
     if started is None:
         raise ServerError(f"the watchdog (pid {watchdog_pid}) is gone")
     return Owner(pid_namespace(), watchdog_pid, started).prefix
+
+
+def work_dir_prefix(launcher_pid: int) -> str:
+    """The name prefix of the work folders that the launcher process ``launcher_pid`` creates."""
+    started = start_time(launcher_pid)
+    if started is None:
+        raise ServerError(f"the launcher (pid {launcher_pid}) is gone")
+    return f"{WORK_DIR_PREFIX}{pid_namespace()}-{launcher_pid}-{started}-"
+
+
+def work_dir_owner(name: str) -> Owner | None:
+    """The launcher that the work folder ``name`` names, or None."""
+    m = _WORK_DIR.match(name)
+    return None if m is None else Owner(int(m[1]), int(m[2]), int(m[3]))
+
+
+def work_dirs(tmp: Path | None = None) -> list[Path]:
+    """Every tritonprep work folder in the temporary directory (``tmp``, by default Python's)."""
+    base = Path(tmp or tempfile.gettempdir())
+    return sorted(p for p in base.glob(WORK_DIR_PREFIX + "*") if p.is_dir())
 
 
 def owner_of(text: str) -> Owner | None:
@@ -201,9 +232,10 @@ class Swept:
 
     killed: list[int] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
+    folders: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.killed or self.removed)
+        return bool(self.killed or self.removed or self.folders)
 
 
 def _orphaned_stubs(procs: list[Proc]) -> list[Proc]:
@@ -257,8 +289,28 @@ def _in_use(names: dict[str, Owner], shm_dir: Path) -> set[str]:
     return used
 
 
-def sweep(shm_dir: Path = SHM_DIR) -> Swept:
-    """Remove what dead tritonprep servers of this pid namespace left: orphaned stubs, unused regions."""
+def _sweep_work_dirs(tmp: Path | None) -> list[str]:
+    """Remove the work folders of dead launchers of this namespace that no live process names."""
+    namespace = pid_namespace()
+    stale = []
+    for path in work_dirs(tmp):
+        owner = work_dir_owner(path.name)
+        if owner is not None and owner.namespace == namespace and not owner.alive():
+            stale.append(path)
+    if not stale:
+        return []
+    live = [p for p in processes() if p.state not in ("Z", "X")]
+    removed = []
+    for path in stale:
+        if not any(p.carries(str(path)) for p in live):  # a server that is still stopping keeps its folder
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path.name)
+    return removed
+
+
+def sweep(shm_dir: Path = SHM_DIR, tmp: Path | None = None) -> Swept:
+    """Remove what dead tritonprep servers of this pid namespace left: orphaned stubs, unused regions,
+    work folders."""
     swept = Swept()
     orphans = _orphaned_stubs(processes())
     for p in orphans:
@@ -270,6 +322,7 @@ def sweep(shm_dir: Path = SHM_DIR) -> Swept:
         except PermissionError:
             log.warning("cannot kill orphaned Python stub %d (another user's)", p.pid)
     _wait_gone(swept.killed, 2.0)
+    swept.folders = _sweep_work_dirs(tmp)
     if not shm_dir.is_dir():
         return swept
     namespace = pid_namespace()
@@ -290,8 +343,9 @@ def sweep(shm_dir: Path = SHM_DIR) -> Swept:
                 log.warning("cannot remove %s (another user's)", shm_dir / name)
     if swept:
         log.warning(
-            "removed debris of dead servers: killed orphaned stub(s) %s, removed region(s) %s",
+            "removed debris of dead servers: killed orphaned stub(s) %s, removed region(s) %s, work folder(s) %s",
             swept.killed or "none",
             swept.removed or "none",
+            swept.folders or "none",
         )
     return swept

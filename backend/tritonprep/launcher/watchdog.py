@@ -2,7 +2,8 @@
 
 :class:`~.process.EmbeddedServer` starts one for every server start, restarts included::
 
-    python -m tritonprep.launcher.watchdog --launcher-pid PID --grace S --report-fd FD -- tritonserver ARGS...
+    python -m tritonprep.launcher.watchdog --launcher-pid PID --grace S --report-fd FD --work-dir DIR \
+        -- tritonserver ARGS...
 
 It makes itself a child subreaper, so every process that tritonserver starts (the Python stubs,
 and whatever a model starts) is re-parented to the watchdog, not to init, when its parent dies.
@@ -19,7 +20,8 @@ grace.
 However tritonserver ends (stopped, crashed, killed), the watchdog reaps it, gives the stubs a
 second to notice and exit by themselves (a healthy stub removes its own region), SIGKILLs every
 descendant that remains (a stub can deadlock in its own parent-death path and ignores SIGTERM),
-removes ``/dev/shm/<prefix>*`` and exits with the server's code (128+N for signal N).
+removes ``/dev/shm/<prefix>*`` and the launcher's work folder for this start (``--work-dir``), and
+exits with the server's code (128+N for signal N).
 
 Reports, one line each on the report fd: ``started <server pid> <prefix>`` and ``exited <code>``
 (``subprocess`` convention: -N for signal N), or ``error <message>``.
@@ -36,6 +38,7 @@ import ctypes
 import logging
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -277,6 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--launcher-pid", type=int, required=True, help="stop when this parent process is gone")
     parser.add_argument("--grace", type=float, default=40.0, help="seconds from SIGINT to SIGKILL (default: 40)")
     parser.add_argument("--report-fd", type=int, help="write started/exited lines to this file descriptor")
+    parser.add_argument("--work-dir", type=Path, help="a folder to remove once tritonserver and its processes are gone")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="after --: the tritonserver command line")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -285,7 +289,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s tritonprep watchdog %(process)d: %(message)s", datefmt="%H:%M:%S"
     )
-    return Watchdog(command, args.launcher_pid, args.grace, args.report_fd).run()
+    try:
+        return Watchdog(command, args.launcher_pid, args.grace, args.report_fd).run()
+    finally:  # only tritonserver and its stubs used it, and they are gone (or never started)
+        if args.work_dir is not None:
+            shutil.rmtree(args.work_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":
