@@ -4,6 +4,7 @@ sink models), against a real tritonserver serving a small test model that fails 
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -60,3 +61,38 @@ def test_a_bad_request_fails_alone_inside_a_shared_batch(tmp_path):
     executions = int(stats["model_stats"][0]["execution_count"])
     assert executions < len(cases), "the requests never shared a batch, so isolation inside a batch was not tested"
     assert "retrying each request alone" in log and "Traceback (most recent call last)" in log
+
+
+def test_a_broken_instance_answers_every_request_then_its_stub_exits(tmp_path):
+    """run() raises InstanceFailed (what a sticky CUDA error becomes): every request gets an error naming it,
+    so does the next one, and the stub exits so that a supervisor restarts the server."""
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    from tritonprep.launcher.supervise import stub_processes
+
+    with running_server(tmp_path / "tritonserver.log", repository=MODELS) as (server, _):
+        client = grpcclient.InferenceServerClient(server.options.grpc_url)
+        [stub] = [s for s in stub_processes(server.pid) if s.model == "isolate"]  # type: ignore[arg-type]
+
+        def call(first: float) -> str:
+            x = np.array([[first, 0.0]], np.float32)
+            inp = grpcclient.InferInput("X", list(x.shape), "FP32")
+            inp.set_data_from_numpy(x)
+            try:
+                client.infer("isolate", [inp], client_timeout=30)
+            except InferenceServerException as e:
+                return e.message()
+            return "ok"
+
+        assert call(1.0) == "ok"
+        first = call(777.0)
+        then = call(1.0)  # a healthy request, after the instance broke
+        deadline = time.monotonic() + 10
+        while stub.pid in {s.pid for s in stub_processes(server.pid)} and time.monotonic() < deadline:  # type: ignore[arg-type]
+            time.sleep(0.1)
+        stub_gone = stub.pid not in {s.pid for s in stub_processes(server.pid)}  # type: ignore[arg-type]
+        client.close()
+    assert "isolate instance is out of service (test: marked broken (777))" in first
+    assert "out of service" in then or "Stub process" in then, then
+    assert stub_gone

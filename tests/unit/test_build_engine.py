@@ -17,6 +17,8 @@ import shutil
 import stat
 import subprocess
 import sys
+import threading
+import time
 import types
 from pathlib import Path
 
@@ -98,6 +100,14 @@ class FakeBuilder:
         write_atomically(plan_path, b"plan:" + onnx_path.read_bytes())
         if timing_cache is not None:
             write_atomically(timing_cache, b"cache %d" % self.builds)
+
+
+class SlowBuilder(FakeBuilder):
+    """A build that takes a while, long enough for a second instance to start its own."""
+
+    def build(self, onnx_path, plan_path, options, *, timing_cache=None, device_id=0):
+        time.sleep(0.3)
+        super().build(onnx_path, plan_path, options, timing_cache=timing_cache, device_id=device_id)
 
 
 # ------------------------------------------------------------------------------ options
@@ -667,3 +677,19 @@ def test_script_opt_batch_follows_a_smaller_max_batch():
     assert (opts.min_batch, opts.opt_batch, opts.max_batch) == (1, 16, 16)
     opts = script.options_from_args(script.build_parser().parse_args(["--no-fp16", "--input-dims", "3,256,256"]))
     assert (opts.fp16, opts.opt_batch, opts.input_dims) == (False, 64, (3, 256, 256))
+
+
+def test_instances_loading_together_build_the_engine_once(tmp_path, onnx):
+    """Two instances of one model load in parallel: the second waits for the first's build and reuses it."""
+    builder, plan, opts = SlowBuilder(), tmp_path / "model.gpu0.plan", BuildOptions(DIMS)
+    results: list[bool] = []
+
+    def load() -> None:
+        results.append(build_or_reuse(onnx, plan, opts, builder=builder, platform=H100))
+
+    threads = [threading.Thread(target=load) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [False, True] and builder.builds == 1

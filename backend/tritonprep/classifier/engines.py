@@ -9,7 +9,7 @@ Owns an engine's identity and the cache logic around it, and the two ways to bui
   platform only, so a cache from another GPU or TensorRT version is discarded, not fed to
   the builder.
 - :class:`PythonBuilder`, TensorRT's Python API (the ``tensorrt`` package: the embedded
-  mode's :class:`tritonprep.classifier.runtimes.TensorRTRuntime`, or NVIDIA's TensorRT container), and
+  mode's :class:`tritonprep.classifier.tensorrt.TensorRTRuntime`, or NVIDIA's TensorRT container), and
   :class:`TrtexecBuilder`, NVIDIA's ``trtexec`` command-line builder, which the tritonserver
   images ship at ``/usr/src/tensorrt/bin/trtexec`` beside the very ``libnvinfer`` that Triton's
   TensorRT backend loads (the container's engine-build step, ``scripts/build_engine.py``).
@@ -22,7 +22,9 @@ TensorRT version through ``libnvinfer``'s ``getInferLibVersion``: no CuPy or CUD
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import fcntl
 import hashlib
 import json
 import logging
@@ -31,7 +33,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -483,13 +485,44 @@ def build_or_reuse(
     """Make sure ``plan_path`` holds an engine for ``onnx_path``; return True if it was (re)built.
 
     The key is removed before a build and written after it, so an interrupted build leaves a
-    plan without a key, which the next call rebuilds.
+    plan without a key, which the next call rebuilds. Builds of one plan are serialized by a lock
+    file beside it: the instances of a model load in parallel, and the second one to get the lock
+    finds the first one's engine up to date.
     """
     if not Path(onnx_path).is_file():
         raise ConfigError(f"{onnx_path} does not exist; run `make model` (scripts/export_classifier.py) to export it")
     builder = builder or find_builder()
     platform = platform or Platform(builder.tensorrt_version(), *query_gpu(device_id))
     key = engine_key(file_sha256(onnx_path), platform, options, builder.name)
+    with _build_lock(plan_path):
+        return _build_unless_current(
+            onnx_path, plan_path, options, builder, platform, key, timing_cache, device_id, force
+        )
+
+
+@contextlib.contextmanager
+def _build_lock(plan_path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``<plan>.lock`` (released when the process ends, whatever happens)."""
+    plan_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(plan_path.with_name(plan_path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _build_unless_current(
+    onnx_path: Path,
+    plan_path: Path,
+    options: BuildOptions,
+    builder: Builder,
+    platform: Platform,
+    key: dict[str, Any],
+    timing_cache: Path | None,
+    device_id: int,
+    force: bool,
+) -> bool:
     if not force and not needs_build(plan_path, key):
         log.info("engine %s is up to date; skipping the build", plan_path)
         return False
@@ -497,7 +530,7 @@ def build_or_reuse(
     cache_key = timing_cache_key(platform, builder.name)
     if timing_cache is not None and timing_cache.exists() and read_key(timing_cache) != cache_key:
         log.info("discarding timing cache %s: it was made for another GPU, TensorRT or builder", timing_cache)
-        timing_cache.unlink()
+        timing_cache.unlink(missing_ok=True)
         key_path(timing_cache).unlink(missing_ok=True)
     builder.build(onnx_path, plan_path, options, timing_cache=timing_cache, device_id=device_id)
     if timing_cache is not None and timing_cache.is_file():

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, RuntimeUnavailable
+from ..errors import STICKY_CUDA_ERRORS, ConfigError, InstanceFailed, RuntimeUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,10 @@ def import_onnxruntime() -> Any:
     try:
         import onnxruntime
     except ImportError as e:
-        raise RuntimeUnavailable(f"onnxruntime is not installed ({e}); pip install 'tritonprep[server]'") from None
+        raise RuntimeUnavailable(
+            f"onnxruntime is not installed ({e}); pip install 'tritonprep[server,cpu]' "
+            "(or gpu-cu13 / gpu-cu12 instead of cpu for the GPU build)"
+        ) from None
     return onnxruntime
 
 
@@ -248,9 +251,12 @@ class OrtCudaRuntime:
 
     def bucket_for(self, n: int) -> int:
         """The batch size ``n`` images run at (the smallest bucket that holds them)."""
+        return self._bucket(n).size
+
+    def _bucket(self, n: int) -> _Bucket:
         for bucket in self._buckets:
             if bucket.size >= n:
-                return bucket.size
+                return bucket
         raise ConfigError(f"a batch of {n} images is larger than the largest bucket ({self.max_batch})")
 
     def infer(self, batch: Any) -> Any:
@@ -272,15 +278,32 @@ class OrtCudaRuntime:
             self._warned_thread = True  # graphs are per thread: ORT captures again on this one, once
             log.warning("classifier runs on another thread than it was warmed up on; CUDA graphs are captured again")
         chunks = []
-        with self.device, self.stream:
-            start = 0
-            while start < n:  # more than the largest bucket only if called directly with a huge batch
-                take = min(self.max_batch, n - start)
-                chunks.append(self._run_chunk(parts, start, take))
-                start += take
-            out = chunks[0] if len(chunks) == 1 else cp.concatenate(chunks)
-        self.stream.synchronize()
+        try:
+            with self.device, self.stream:
+                start = 0
+                while start < n:  # more than the largest bucket only if called directly with a huge batch
+                    take = min(self.max_batch, n - start)
+                    chunks.append(self._run_chunk(parts, start, take))
+                    start += take
+                out = chunks[0] if len(chunks) == 1 else cp.concatenate(chunks)
+            self.stream.synchronize()
+        except Exception as e:  # noqa: BLE001 - re-raised: only a poisoned CUDA context becomes InstanceFailed
+            self._raise_if_poisoned(e)
+            raise
         return out
+
+    def _raise_if_poisoned(self, error: Exception) -> None:
+        """Raise :class:`InstanceFailed` if ``error`` left this process's CUDA context unusable (a sticky
+        error: every later call would fail too, so the instance must be restarted, not retried)."""
+        cp = self._cp
+        try:
+            self.stream.synchronize()
+        except (cp.cuda.runtime.CUDARuntimeError, cp.cuda.driver.CUDADriverError) as e:
+            if getattr(e, "status", None) in STICKY_CUDA_ERRORS:
+                raise InstanceFailed(
+                    f"CUDA error on GPU {self.device.id}: {e} (after {type(error).__name__}: {error}); "
+                    "this process's CUDA context is unusable"
+                ) from None
 
     def infer_into(self, n: int, fill: Callable[[Any, Any], None]) -> Any:
         """Logits of ``n`` images that ``fill(buffer, stream)`` writes into the bound input buffer itself.
@@ -288,7 +311,7 @@ class OrtCudaRuntime:
         For producers that copy stream-ordered on their own (DALI's ``copy_to_external``, say): ``buffer``
         is the bucket's input rows ``[:n]``, ``stream`` the instance's stream the network runs on.
         """
-        bucket = self._buckets[[b.size >= n for b in self._buckets].index(True)]
+        bucket = self._bucket(n)
         with self.device, self.stream:
             fill(bucket.x[:n], self.stream)
             bucket.session.run_with_iobinding(bucket.binding)
@@ -299,7 +322,7 @@ class OrtCudaRuntime:
     def _run_chunk(self, parts: Sequence[Any], start: int, n: int) -> Any:
         """Rows ``[start, start + n)`` of the concatenated parts through one bucket."""
         cp = self._cp
-        bucket = self._buckets[[b.size >= n for b in self._buckets].index(True)]
+        bucket = self._bucket(n)
         row = 0
         offset = 0
         for part in parts:

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..errors import ConfigError, RuntimeUnavailable
+from .engines import EngineBuildError
 from .ort_cuda import GPU_INSTALL_HINT, OrtCudaRuntime, cuda_provider_available, import_onnxruntime
 
 log = logging.getLogger(__name__)
@@ -192,7 +193,8 @@ def load_runtime(
         except RuntimeUnavailable as e:
             if prefer == "tensorrt":
                 raise
-            log.info("TensorRT runtime not used: %s", e)
+            # TensorRT absent is the usual case; TensorRT present but failing to build deserves a warning
+            (log.warning if isinstance(e, EngineBuildError) else log.info)("TensorRT runtime not used: %s", e)
     if prefer == "tensorrt":
         raise RuntimeUnavailable("runtime=tensorrt needs a GPU instance (instance_group kind KIND_GPU)")
     if use_gpu:

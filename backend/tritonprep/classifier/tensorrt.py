@@ -12,6 +12,7 @@ from typing import Any
 
 from ..errors import RuntimeUnavailable
 from .engines import BuildOptions, PythonBuilder, build_or_reuse, import_tensorrt
+from .ort_cuda import copy_rows
 
 
 class TensorRTRuntime:
@@ -66,7 +67,12 @@ class TensorRTRuntime:
         return out
 
     def infer_many(self, parts: Sequence[Any]) -> Any:
-        """Logits of the concatenated ``parts`` (numpy or CuPy)."""
+        """Logits of the concatenated ``parts`` (numpy, or CuPy on any GPU: copied peer to peer onto this one)."""
         cp = self._cp
-        with self._device:
-            return self.infer(parts[0] if len(parts) == 1 else cp.concatenate([cp.asarray(p) for p in parts]))
+        with self._device, self._stream:
+            x = cp.empty((sum(len(p) for p in parts), *parts[0].shape[1:]), dtype=cp.float32)
+            row = 0
+            for part in parts:
+                copy_rows(cp, x[row : row + len(part)], part, self._stream)
+                row += len(part)
+        return self.infer(x)

@@ -5,7 +5,9 @@ read each request's inputs (a malformed request fails alone), run the model once
 whole batch, and slice each request's outputs back out. If the batch run fails for a reason
 that is not a broken instance, each request is run again alone, so that only the request
 that still fails gets an error. A failure while building one response fails that response
-alone. Nothing is raised out of ``execute``.
+alone. A broken instance (:class:`~tritonprep.errors.InstanceFailed`, e.g. a sticky CUDA error)
+takes itself out of service (:func:`~.health.fail_instance`): every request of the batch, and of
+any later batch, gets an error naming the reason. Nothing is raised out of ``execute``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..errors import InputError, InstanceFailed
+from .health import fail_instance, instance_failure
 from .pb import pb_utils
 
 log = logging.getLogger(__name__)
@@ -77,9 +80,27 @@ def batched_responses(
     :class:`~tritonprep.errors.InputError` or any other exception fails that request alone);
     ``run(inputs)`` runs the model once over the inputs of all readable requests and returns
     its outputs, each with the summed batch on the first axis; ``respond(outputs)`` turns one
-    request's slices of them into output tensors. :class:`~tritonprep.errors.InstanceFailed`
-    propagates: the instance itself is broken.
+    request's slices of them into output tensors. :class:`~tritonprep.errors.InstanceFailed` from
+    either takes the instance out of service.
     """
+    failure = instance_failure()
+    if failure is None:
+        try:
+            return _answer_each(requests, read, run, respond, what)
+        except InstanceFailed as e:
+            fail_instance(str(e))
+            failure = str(e)
+    message = f"{what} instance is out of service ({failure}); the server is restarting it"
+    return [error_response(message, invalid_argument=False) for _ in requests]
+
+
+def _answer_each(
+    requests: Sequence[Any],
+    read: Callable[[Any], Any],
+    run: Callable[[list[Any]], Sequence[Any]],
+    respond: Callable[[Sequence[Any]], Sequence[Any]],
+    what: str,
+) -> list[Any]:
     n = len(requests)
     inputs: dict[int, Any] = {}
     failures: dict[int, BaseException] = {}

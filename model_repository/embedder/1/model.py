@@ -15,7 +15,7 @@ from tritonprep.classifier.runtimes import RuntimeOptions, load_runtime
 from tritonprep.errors import PreprocessError
 from tritonprep.triton.pb import model_config, parameters
 from tritonprep.triton.responses import batched_responses
-from tritonprep.triton.tensors import concat, input_array, output_tensor
+from tritonprep.triton.tensors import input_array, output_tensor
 
 log = logging.getLogger("tritonprep.embedder")
 
@@ -45,7 +45,7 @@ class TritonPythonModel:
         return input_array(request, "input")
 
     def run(self, inputs):
-        return (as_embeddings(self.runtime.infer(concat(inputs)), self.dtype),)
+        return (as_embeddings(self.runtime.infer_many(inputs), self.dtype),)
 
     def respond(self, outputs):
         return [output_tensor(OUTPUT, outputs[0])]

@@ -1,8 +1,9 @@
-"""Test model: doubles its input through tritonprep's batched_responses, failing on marked requests."""
+"""Test model: doubles its input through tritonprep's batched_responses, failing on marked requests
+(999: unreadable; negative: the batch fails; 777: the instance is broken)."""
 
 import numpy as np
 
-from tritonprep.errors import RequestError
+from tritonprep.errors import InstanceFailed, RequestError
 from tritonprep.triton.pb import model_config
 from tritonprep.triton.responses import batched_responses
 from tritonprep.triton.tensors import concat, input_array, output_tensor
@@ -24,6 +25,8 @@ class TritonPythonModel:
 
     def run(self, inputs):
         batch = concat(inputs)
+        if (batch[:, 0] == 777).any():
+            raise InstanceFailed("test: marked broken (777)")
         if (batch[:, 0] < 0).any():
             raise ValueError(f"negative input in a batch of {len(batch)}")
         return (np.asarray(batch * 2, np.float32),)
