@@ -13,13 +13,16 @@ EXPORT_VENV ?= .venv-export
 TORCH_SPEC  ?= torch==2.13.0
 PIP_FLAGS   ?= -q --disable-pip-version-check
 ONNX        := model_repository/classifier/1/model.onnx
+ONNX_FP16   := model_repository/classifier/1/model.fp16.onnx
 EMBED_ONNX  := model_repository/embedder/1/model.onnx
 PYTEST_ARGS ?=
-# The classifier's ONNX Runtime: auto (the GPU build for CUDA 13 where nvidia-smi lists a GPU, else the
-# CPU build), cu13, cu12 or none. onnxruntime and onnxruntime-gpu install the same module, so setup
-# removes the other build before it installs this one.
+# The classifier's ONNX Runtime: auto (where nvidia-smi lists a GPU, the GPU build for CUDA 13, or for
+# CUDA 12 on Python < 3.11, which onnxruntime-gpu's CUDA 13 wheels do not support; else the CPU build),
+# cu13, cu12 or none. onnxruntime and onnxruntime-gpu install the same module, so setup removes the
+# other build before it installs this one.
 GPU         ?= auto
-GPU_BUILD   := $(if $(filter auto,$(GPU)),$(shell nvidia-smi -L 2>/dev/null | grep -q '^GPU ' && echo cu13 || echo none),$(GPU))
+AUTO_CUDA   := $(shell $(PYTHON) -c 'import sys; print("cu13" if sys.version_info >= (3, 11) else "cu12")' 2>/dev/null)
+GPU_BUILD   := $(if $(filter auto,$(GPU)),$(shell nvidia-smi -L 2>/dev/null | grep -q '^GPU ' && echo $(AUTO_CUDA) || echo none),$(GPU))
 RUNTIME     := $(if $(filter none,$(GPU_BUILD)),cpu,gpu-$(GPU_BUILD))
 OTHER_ORT   := $(if $(filter cpu,$(RUNTIME)),onnxruntime-gpu,onnxruntime)
 INSTALLED   := $(VENV)/.installed-$(RUNTIME)
@@ -38,15 +41,16 @@ $(EXPORT_VENV)/.installed: pyproject.toml
 	$(EXPORT_VENV)/bin/python -m pip install $(PIP_FLAGS) -e '.[export]'
 	touch $@
 
-$(ONNX): scripts/export_classifier.py scripts/onnx_export.py | $(EXPORT_VENV)/.installed
-	$(EXPORT_VENV)/bin/python -m scripts.export_classifier --output $@ && touch $@
+# one export writes both files (a missing FP16 variant makes the export run again)
+$(ONNX) $(ONNX_FP16) &: scripts/export_classifier.py scripts/onnx_export.py | $(EXPORT_VENV)/.installed
+	$(EXPORT_VENV)/bin/python -m scripts.export_classifier --output $(ONNX) && touch $(ONNX) $(ONNX_FP16)
 
 $(EMBED_ONNX): scripts/export_embedder.py scripts/onnx_export.py | $(EXPORT_VENV)/.installed
 	$(EXPORT_VENV)/bin/python -m scripts.export_embedder --output $@ && touch $@
 
 setup: $(INSTALLED)
 
-model: $(ONNX) $(EMBED_ONNX)
+model: $(ONNX) $(ONNX_FP16) $(EMBED_ONNX)
 
 demo: setup model
 	$(VENV)/bin/python scripts/demo.py
@@ -70,4 +74,6 @@ test-gpu: setup model
 	$(VENV)/bin/python -m pytest -m gpu $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) $(EXPORT_VENV) $(ONNX) $(ONNX).json $(EMBED_ONNX) $(EMBED_ONNX).json
+	rm -rf $(VENV) $(EXPORT_VENV) $(ONNX) $(ONNX).json $(ONNX_FP16) $(EMBED_ONNX) $(EMBED_ONNX).json
+	rm -rf model_repository/*/1/*.plan model_repository/*/1/*.plan.* model_repository/*/1/timing.cache* \
+		model_repository/*/1/ort-trt-cache

@@ -12,7 +12,8 @@ Packages by concern, lowest layer first (each imports only from the layers above
 * :mod:`tritonprep.triton` - the Python-backend side: requests, responses, health, metrics
 * :mod:`tritonprep.launcher` - the embedded ``tritonserver``: options, process, supervision, CLI
 
-``python -m tools.import_graph``-style checks keep the order: no package imports one below it.
+``tests/unit/test_layout.py`` keeps the order (its table says what each part may import): no package
+imports one listed after it, and there are no cycles.
 """
 
 __version__ = "0.1.0"

@@ -211,7 +211,7 @@ class _Http:
         def call() -> None:
             try:
                 result = self._thread_client().infer(model, inputs, outputs=outputs)
-            except (InferenceServerException, OSError) as e:  # handed to the caller's callback
+            except Exception as e:  # noqa: BLE001 - any failure goes to the callback, which answers the images
                 done(None, e)
             else:
                 done(result, None)
@@ -446,7 +446,7 @@ class ClassifyClient:
                 else:
                     for i in group:
                         answer(i, failure)
-            except self.errors as e:  # a malformed result becomes the error of its images
+            except Exception as e:  # noqa: BLE001 - a malformed result: every image still gets an answer
                 for i in group:
                     answer(i, self._wrap(e))
             finally:
@@ -471,8 +471,11 @@ class ClassifyClient:
         if not images:
             return
         threading.Thread(target=submit_all, name="tritonprep-submit", daemon=True).start()
-        for _ in range(len(images)):
-            yield finished.get()
+        try:
+            for _ in range(len(images)):
+                yield finished.get()
+        finally:  # also when the caller stops early: the submitter stops sending
+            pending.put(None)
 
     def preprocess(self, images: Sequence[bytes], model: str = "preprocess", output: str = "PIXELS") -> np.ndarray:
         """Call the preprocess model directly and return the network input it produces."""

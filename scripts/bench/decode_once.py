@@ -45,13 +45,20 @@ MODELS = ("embedder", "embed", "analyze")
 GRID = {"quick": [(1, 16), (8, 16)], "full": [(1, 16), (1, 64), (8, 16), (8, 64)]}
 
 
+def open_queues(model_dir: Path, size: int = 4096) -> None:
+    """Raise ``max_queue_size`` in every config of a copied model (``config.pbtxt`` and ``configs/*.pbtxt``,
+    whichever the server picks): a benchmark measures capacity, and the deployed bound would reject."""
+    for cfg in [model_dir / "config.pbtxt", *sorted((model_dir / "configs").glob("*.pbtxt"))]:
+        if cfg.is_file():
+            cfg.write_text(re.sub(r"max_queue_size: \d+", f"max_queue_size: {size}", cfg.read_text()))
+
+
 def add_models(repo: Path, source: Path) -> None:
     """Copy the embedder and the embed and analyze ensembles into a benchmark repository (queues opened up
     like the harness's: capacity, not overload protection, is measured)."""
     for model in MODELS:
         shutil.copytree(source / model, repo / model, ignore=shutil.ignore_patterns("ort-trt-cache", "__pycache__"))
-        cfg = repo / model / "config.pbtxt"
-        cfg.write_text(re.sub(r"max_queue_size: \d+", "max_queue_size: 4096", cfg.read_text()))
+        open_queues(repo / model)
 
 
 def compare(

@@ -123,13 +123,12 @@ def make_repo(
     if with_classify:
         for model in ("classifier", "postprocess", "classify"):
             shutil.copytree(REPO / "model_repository" / model, dest / model, ignore=shutil.ignore_patterns("*.plan"))
-            cfg = dest / model / "config.pbtxt"
-            cfg.write_text(re.sub(r"max_queue_size: \d+", "max_queue_size: 4096", cfg.read_text()))
+            decode_once.open_queues(dest / model)
     return dest
 
 
 class GpuMemorySampler:
-    """Samples the GPU's used memory (nvidia-smi) every ``period`` seconds in a thread."""
+    """Samples the used memory of the machine's GPUs, summed (nvidia-smi), every ``period`` seconds in a thread."""
 
     def __init__(self, period: float = 2.0, metrics_url: str | None = None) -> None:
         self.samples: list[tuple[float, int]] = []
@@ -151,7 +150,7 @@ class GpuMemorySampler:
                     check=False,
                 ).stdout.split()
                 if out:
-                    self.samples.append((round(time.monotonic() - t0, 1), int(out[0])))
+                    self.samples.append((round(time.monotonic() - t0, 1), sum(int(v) for v in out)))
                 if self.metrics_url:
                     with urllib.request.urlopen(self.metrics_url, timeout=2) as r:  # noqa: S310 - localhost
                         text = r.read().decode()
@@ -214,13 +213,14 @@ def profile_lines(log_path: Path, last: int = 12) -> list[str]:
 
 
 def gpu_memory_mib() -> int:
+    """Used memory of the machine's GPUs, summed (MiB); -1 without nvidia-smi's answer."""
     out = subprocess.run(
         ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
         capture_output=True,
         text=True,
         check=False,
     ).stdout.split()
-    return int(out[0]) if out else -1
+    return sum(int(v) for v in out) if out else -1
 
 
 def run_dali(folder: Path) -> dict:

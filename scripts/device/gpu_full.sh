@@ -9,7 +9,7 @@
 #     grid        nvImageCodec settings side by side (python -m scripts.bench.decode_grid)
 #     classifier  the classifier alone: ONNX Runtime CUDA EP variants, and the PyTorch ceiling with the
 #                 machine's own torch (python -m scripts.bench.classifier_bench ort; scripts/bench/torch_ceiling.py)
-#     harness     python -m scripts.bench.harness --phase $PHASES (tune, main, classify, soak)
+#     harness     python -m scripts.bench.harness --phase $PHASES (tune, main, classify, analyze, soak)
 #   After each step, python -m scripts.leftovers checks that no tritonprep process, /dev/shm region, CUDA context
 #   or GPU memory above the baseline taken before the first step is left ($OUT/leftovers.txt: "clean" or "LEFTOVERS").
 #   TEST_FILES, TEST_TIMEOUT, PHASES, HARNESS_ARGS, SOAK_SECONDS: knobs of the steps above.

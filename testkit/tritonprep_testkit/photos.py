@@ -2,7 +2,7 @@
 
 Where scikit-image is not installed (the GPU machine's isolated venv), the same photos are
 read from ``$TRITONPREP_PHOTOS/<name>.png``, written by ``python -m scripts.bench_images
---export-photos DIR``.
+--export-photos --out DIR``.
 """
 
 from __future__ import annotations

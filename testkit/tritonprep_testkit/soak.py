@@ -212,6 +212,11 @@ def soak(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             t.join(60)
         elapsed = time.monotonic() - t0
         sent_total = counter["sent"]
+        if not samples:  # nothing to compare: say so rather than report a growth of 0
+            raise RuntimeError(
+                f"the soak took no memory sample after its warm-up: {sent_total} requests sent in {elapsed:.0f} s, "
+                f"--warmup {args.warmup}; send more (--requests) or run longer (--max-seconds)"
+            )
         span = max(1, sent_total - args.warmup)
         first = [s for n, s in samples if n <= args.warmup + args.window * span] or [samples[0][1]]
         last = [s for n, s in samples if n >= sent_total - args.window * span] or [snapshot(server)]
