@@ -21,7 +21,6 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -29,12 +28,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from tritonprep.launcher.probes import fetch_metrics, free_ports, in_flight
+from tritonprep.launcher.probes import fetch_metrics, in_flight
 from tritonprep.launcher.supervise import stub_processes
 from tritonprep.triton import faults
 
 from .loadgen import GrpcSender, Outcome, images, percentile, run_threads, scenario_settings
-from .servers import running_server
+from .servers import running_server, serve_command
 
 log = logging.getLogger("faults")
 
@@ -138,24 +137,11 @@ def break_and_recover(scenario: str, args: argparse.Namespace, workdir: Path) ->
 def drain(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     """SIGTERM to `tritonprep serve` while slow requests are in flight."""
     photo = images()["good"][0]
-    http, grpc, metrics = free_ports(3)
-    cli = Path(sys.executable).with_name("tritonprep")
     log_file = workdir / "serve.log"
+    serve = serve_command(log_file, "--exit-timeout", str(args.exit_timeout))
+    grpc, metrics = serve.grpc, serve.metrics
     proc = subprocess.Popen(
-        [
-            str(cli),
-            "serve",
-            "--http-port",
-            str(http),
-            "--grpc-port",
-            str(grpc),
-            "--metrics-port",
-            str(metrics),
-            "--log-file",
-            str(log_file),
-            "--exit-timeout",
-            str(args.exit_timeout),
-        ],
+        serve.argv,
         env={**os.environ, faults.ENV: "1"},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

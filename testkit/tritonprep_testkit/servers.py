@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from tritonprep.launcher.options import ServerOptions
@@ -15,6 +17,26 @@ REPO = Path(__file__).resolve().parents[2]
 MODEL_REPOSITORY = REPO / "model_repository"
 ONNX = MODEL_REPOSITORY / "classifier" / "1" / "model.onnx"
 EMBEDDER_ONNX = MODEL_REPOSITORY / "embedder" / "1" / "model.onnx"
+#: the `tritonprep` command of this environment
+CLI = Path(sys.executable).with_name("tritonprep")
+
+
+@dataclass(frozen=True)
+class ServeCommand:
+    """A `tritonprep serve` command line on three free localhost ports."""
+
+    argv: list[str]
+    http: int
+    grpc: int
+    metrics: int
+
+
+def serve_command(log_file: Path | str, *extra: str, repository: Path | None = None) -> ServeCommand:
+    """`tritonprep serve` logging to ``log_file`` (on ``repository``, by default the CLI's own), then ``extra``."""
+    http, grpc, metrics = free_ports(3)
+    argv = [str(CLI), "serve"] + (["--model-repository", str(repository)] if repository is not None else [])
+    argv += ["--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
+    return ServeCommand([*argv, "--log-file", str(log_file), *extra], http, grpc, metrics)
 
 
 def local_options(repository: Path = MODEL_REPOSITORY, **kw: object) -> ServerOptions:

@@ -21,16 +21,14 @@ from pathlib import Path
 
 import pytest
 
-from tritonprep.launcher.probes import free_ports
 from tritonprep.launcher.process import EmbeddedServer
 from tritonprep.launcher.supervise import stub_processes
 from tritonprep_testkit.leftovers import of_server, wait_clean, work_dir_of
-from tritonprep_testkit.servers import local_options, running_server
+from tritonprep_testkit.servers import local_options, running_server, serve_command
 
 pytestmark = pytest.mark.e2e
 
 MODELS = Path(__file__).resolve().parent / "orphan_models"
-CLI = Path(sys.executable).with_name("tritonprep")
 #: every way a server ends: nothing of it is left this many seconds later
 BOUND_S = 20.0
 HELPER = {"TRITONPREP_TEST_HELPER": "1"}
@@ -132,11 +130,9 @@ def test_restarted_server_stops_as_gracefully_as_the_first(tmp_path, victim):
 # ---------------------------------------------------------------------- the launcher
 def serve(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], Path]:
     """`tritonprep serve` on the test repository, ready; returns the process and its log file."""
-    http, grpc, metrics = free_ports(3)
     log = tmp_path / "serve.log"
     proc = subprocess.Popen(
-        [str(CLI), "serve", "--model-repository", str(MODELS), "--http-port", str(http), "--grpc-port", str(grpc)]
-        + ["--metrics-port", str(metrics), "--log-file", str(log), *extra],
+        serve_command(log, *extra, repository=MODELS).argv,
         env={**os.environ, **HELPER},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

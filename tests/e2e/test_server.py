@@ -6,18 +6,14 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tritonprep.launcher.probes import free_ports
-from tritonprep_testkit.servers import MODEL_REPOSITORY
+from tritonprep_testkit.servers import MODEL_REPOSITORY, serve_command
 
 pytestmark = pytest.mark.e2e
-
-CLI = Path(sys.executable).with_name("tritonprep")
 
 
 def listening_addresses(port: int) -> set[str]:
@@ -54,20 +50,10 @@ def wait_for(proc: subprocess.Popen, needle: str, timeout: float) -> list[str]:
 
 
 def test_serve_prints_endpoints_binds_localhost_and_stops_on_sigterm():
-    http, grpc, metrics = free_ports(3)
+    serve = serve_command(os.devnull)
+    http, grpc, metrics = serve.http, serve.grpc, serve.metrics
     proc = subprocess.Popen(
-        [
-            str(CLI),
-            "serve",
-            "--http-port",
-            str(http),
-            "--grpc-port",
-            str(grpc),
-            "--metrics-port",
-            str(metrics),
-            "--log-file",
-            os.devnull,
-        ],
+        serve.argv,
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
@@ -95,23 +81,9 @@ def test_broken_model_repository_fails_with_the_cause(tmp_path):
     shutil.copytree(MODEL_REPOSITORY / "preprocess", repo / "preprocess")
     cfg = repo / "preprocess" / "config.pbtxt"
     cfg.write_text(cfg.read_text().replace('string_value: "128,128,128"', 'string_value: "0"'))
-    http, grpc, metrics = free_ports(3)
     log_file = tmp_path / "triton.log"
     r = subprocess.run(
-        [
-            str(CLI),
-            "serve",
-            "--model-repository",
-            str(repo),
-            "--http-port",
-            str(http),
-            "--grpc-port",
-            str(grpc),
-            "--metrics-port",
-            str(metrics),
-            "--log-file",
-            str(log_file),
-        ],
+        serve_command(log_file, repository=repo).argv,
         capture_output=True,
         text=True,
         timeout=180,
