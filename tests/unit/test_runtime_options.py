@@ -22,6 +22,10 @@ def test_defaults_are_the_fast_gpu_configuration_with_power_of_two_buckets():
     assert RuntimeOptions.from_parameters({}, 100).batch_buckets == (1, 2, 4, 8, 16, 32, 64, 100)
 
 
+def test_buckets_may_stop_below_max_batch_size_larger_batches_run_in_chunks():
+    assert RuntimeOptions.from_parameters({"batch_buckets": "1,8,64"}, 256).batch_buckets == (1, 8, 64)
+
+
 @pytest.mark.parametrize(
     ("params", "message"),
     [
@@ -29,7 +33,8 @@ def test_defaults_are_the_fast_gpu_configuration_with_power_of_two_buckets():
         ({"layout": "chw"}, "layout"),
         ({"cuda_graphs": "yes"}, "true or false"),
         ({"batch_buckets": "1,4,2,256"}, "increasing"),
-        ({"batch_buckets": "1,2,4"}, "end at max_batch_size"),
+        ({"batch_buckets": "1,2,512"}, "up to max_batch_size"),
+        ({"batch_buckets": "0,2,4"}, "positive"),
         ({"gpu_mem_limit_mb": "lots"}, "whole number"),
         ({"warp_speed": "9"}, "unknown classifier parameter"),
     ],

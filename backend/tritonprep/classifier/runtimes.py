@@ -13,8 +13,10 @@ The classifier config's ``parameters`` (all optional; :data:`PARAMETERS`)::
     precision      fp16 | fp32    GPU runtimes (FP16 weights and math, FP32 input/output); the CPU runs FP32
     layout         nhwc | nchw    the GPU runtime's internal layout (the input stays NCHW)
     cuda_graphs    true | false   replay each bucket as a CUDA graph
-    batch_buckets  "1,2,4,...,256" batch sizes the GPU runtime runs at (default: powers of two up to
-                                  max_batch_size); a batch is padded up to the next one
+    batch_buckets  "1,2,4,...,64" batch sizes the GPU runtime runs at (default: powers of two up to
+                                  max_batch_size); a batch is padded up to the next one, and one larger
+                                  than the largest runs in chunks of it (each bucket holds its own
+                                  ONNX Runtime session and memory: fewer, smaller buckets, less memory)
     gpu_mem_limit_mb  "0"         cap of each bucket's ONNX Runtime arena (0: none)
 """
 
@@ -100,9 +102,10 @@ class RuntimeOptions:
         buckets = _ints("batch_buckets", params["batch_buckets"]) if params.get("batch_buckets") else ()
         if not buckets:
             buckets = tuple(1 << k for k in range(max_batch.bit_length()) if 1 << k < max_batch) + (max_batch,)
-        if sorted(set(buckets)) != list(buckets) or buckets[0] < 1 or buckets[-1] != max_batch:
+        if sorted(set(buckets)) != list(buckets) or buckets[0] < 1 or buckets[-1] > max_batch:
             raise ConfigError(
-                f"batch_buckets must be increasing and end at max_batch_size ({max_batch}), got {list(buckets)}"
+                f"batch_buckets must be increasing positive sizes up to max_batch_size ({max_batch}), "
+                f"got {list(buckets)}"
             )
         limit = params.get("gpu_mem_limit_mb", "0").strip() or "0"
         if not limit.isdigit():

@@ -202,9 +202,17 @@ class PreprocessModel:
             message = f"preprocess failed: {failure}"
         return [error_response(message, invalid_argument=False) for _ in range(n)]
 
+    def gather(self, requests: Sequence[Any]) -> ImageBatch:
+        """The images of ``requests`` and the outputs each asked for (a subclass may want others)."""
+        return gather_images(requests, self.input_name, self.spec.limits.max_images_per_request, self.all_outputs)
+
+    def respond(self, batch: ImageBatch, result: BatchResult, first_rows: Sequence[Mapping[str, int]]) -> list[Any]:
+        """One response per request of ``batch`` from the executor's ``result`` (a subclass may run more on it)."""
+        return image_responses(self.config, batch, result, first_rows)
+
     def _execute(self, requests: Sequence[Any]) -> list[Any]:
         t0 = time.perf_counter()
-        batch = gather_images(requests, self.input_name, self.spec.limits.max_images_per_request, self.all_outputs)
+        batch = self.gather(requests)
         wanted, first_rows = plan_rows(batch, self.image_outputs)
         t1 = time.perf_counter()
         rejected = Counter(e.reason for e in batch.request_errors.values())
@@ -229,7 +237,7 @@ class PreprocessModel:
         self.metrics.record_batch(result.decoded_by, result.timings)
         self.metrics.record_rejections(rejected)
         t3 = time.perf_counter()
-        responses = image_responses(self.config, batch, result, first_rows)
+        responses = self.respond(batch, result, first_rows)
         self.timer.record(
             len(requests),
             len(batch.images),
@@ -279,12 +287,11 @@ class PreprocessModel:
                 responses.append(error_response(str(res.failure), invalid_argument=isinstance(res.failure, InputError)))
             elif res.result is None:
                 responses.append(error_response("request carries no image"))
-            else:
+            else:  # this request alone, as a batch of one
+                alone = ImageBatch(batch.images[start:stop], [(0, stop - start)], {}, [batch.requested[r]])
                 responses.append(
                     guarded(
-                        lambda res=res.result, r=r, k=stop - start: _request_response(
-                            self.config, res, 0, k, {name: 0 for name in first_rows[r]}, batch.requested[r]
-                        ),
+                        lambda a=alone, res=res.result, r=r: self.respond(a, res, [dict.fromkeys(first_rows[r], 0)])[0],
                         r,
                         n,
                     )
