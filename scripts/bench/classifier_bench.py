@@ -2,6 +2,7 @@
 
     python -m scripts.bench.classifier_bench ort  --out ort.json     # ONNX Runtime CUDA EP variants
     python -m scripts.bench.classifier_bench dali --out dali.json --images DIR   # DALI -> the same ORT runtime
+    python -m scripts.bench.classifier_bench memory --out mem.json  # GPU memory by batch buckets
 
 ``ort`` runs tritonprep's :class:`~tritonprep.classifier.ort_cuda.OrtCudaRuntime` in each configuration
 (FP32/FP16, NCHW/NHWC, with and without CUDA graphs) at batch 1, 8, 64 and 256 with the input
@@ -82,6 +83,67 @@ def ort_rows(seconds: float) -> list[dict[str, Any]]:
     return rows
 
 
+#: (label, batch buckets, cuDNN max workspace) of the memory rows
+MEMORY_VARIANTS = [
+    ("buckets 1..256, max workspace", (1, 2, 4, 8, 16, 32, 64, 128, 256), True),
+    ("buckets 1..64, max workspace", (1, 2, 4, 8, 16, 32, 64), True),
+    ("buckets 1..64, small workspace", (1, 2, 4, 8, 16, 32, 64), False),
+    ("buckets 1,8,32,64, small workspace", (1, 8, 32, 64), False),
+]
+
+
+def _process_gpu_mib(pid: int) -> int:
+    """GPU memory of process ``pid`` as nvidia-smi reports it (MiB); -1 if it cannot tell."""
+    import subprocess
+
+    out = subprocess.run(
+        ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+        capture_output=True, text=True, check=False,
+    ).stdout  # fmt: skip
+    for line in out.splitlines():
+        parts = [x.strip() for x in line.split(",")]
+        if len(parts) == 2 and parts[0] == str(pid):
+            return int(parts[1])
+    return -1
+
+
+def _memory_row(label: str, buckets: tuple[int, ...], workspace: bool, seconds: float) -> dict[str, Any]:
+    import os
+
+    import cupy as cp
+
+    from tritonprep.classifier.ort_cuda import OrtCudaRuntime
+    from tritonprep.classifier.runtimes import model_file
+
+    cp.cuda.Device(0).use()
+    free0, _ = cp.cuda.runtime.memGetInfo()
+    rt = OrtCudaRuntime(model_file(ONNX, "fp16"), DIMS, buckets=buckets, nhwc=True, conv_max_workspace=workspace)
+    x = cp.asarray(np.random.default_rng(0).standard_normal((64, *DIMS), dtype=np.float32))
+    med = statistics.median(timed(lambda: rt.infer(x), seconds))
+    free1, _ = cp.cuda.runtime.memGetInfo()
+    return {
+        "kind": "classifier_memory",
+        "config": f"onnxruntime-gpu FP16 NHWC graphs, {label}",
+        "batch": 64,
+        "images_per_s": round(64 / med),
+        "latency_ms": round(med * 1e3, 3),
+        "device_mib_used_by_runtime": round((free0 - free1) / 2**20),
+        "process_gpu_mib": _process_gpu_mib(os.getpid()),
+    }
+
+
+def memory_rows(seconds: float) -> list[dict[str, Any]]:
+    """GPU memory of one classifier instance's runtime by bucket set and cuDNN workspace, each in a fresh process."""
+    from scripts.bench.decode_grid import isolated
+
+    rows = []
+    for label, buckets, workspace in MEMORY_VARIANTS:
+        row = isolated(_memory_row, label, buckets, workspace, seconds)
+        log.info("%s", row)
+        rows.append(row)
+    return rows
+
+
 def dali_rows(folder: Path, seconds: float) -> list[dict[str, Any]]:
     """DALI decode + resize(shorter 256, antialias) + crop 224 + normalize -> OrtCudaRuntime, one process."""
     import nvidia.dali
@@ -123,13 +185,16 @@ def dali_rows(folder: Path, seconds: float) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=["ort", "dali"])
+    parser.add_argument("what", choices=["ort", "dali", "memory"])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--images", type=Path, help="dali: folder of JPEGs")
     parser.add_argument("--seconds", type=float, default=1.0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    rows = ort_rows(args.seconds) if args.what == "ort" else dali_rows(args.images, args.seconds)
+    if args.what == "memory":
+        rows = memory_rows(args.seconds)
+    else:
+        rows = ort_rows(args.seconds) if args.what == "ort" else dali_rows(args.images, args.seconds)
     args.out.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     return 0
 

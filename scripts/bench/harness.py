@@ -14,8 +14,10 @@ rewritten from all rows after each):
   hw_decoder_load 0.9) and its default split; (d) the decode ceiling: 1, 3 and 6 nvImageCodec hardware
   decoders on threads; GPU memory is sampled throughout;
 * ``classify``: the whole job, JPEG in, predictions out, through Triton at 1, 8 and 32 images/request,
+  the ``classify`` ensemble and the one-process ``classify_fused`` side by side on one server,
   the classifier alone in one process, the network ceiling in PyTorch (``--torch-python``), and the
   pipeline a user would hand-roll (DALI feeding the same ONNX Runtime runtime);
+* ``fused``: ``classify_fused`` with each instance count of ``--fused-instances`` (its own server each);
 * ``soak``: constant load on ``prep_sink`` for ``--soak-seconds``, GPU memory and CuPy's pool sampled;
 * ``analyze``: decode once, serve two models: the ``analyze`` ensemble (two specs, one decode) against
   ``classify`` + ``embed`` as two ensembles over the same images (:mod:`scripts.bench.decode_once`).
@@ -59,6 +61,10 @@ PLANS = {
 }
 #: (images per request, concurrencies) measured for prep_sink and null_sink in the main phase
 MAIN_POINTS = [(1, [1, 16, 64, 128]), (8, [16, 64]), (32, [8, 16]), (64, [4, 8])]
+#: (images per request, concurrencies) of classify and classify_fused, measured side by side
+CLASSIFY_POINTS = [(1, [1]), (1, [16, 64]), (8, [16, 64]), (32, [8, 16])]
+#: classify_fused instance counts: (images per request, concurrencies)
+FUSED_TUNE_POINTS = [(1, [1]), (8, [64]), (32, [16])]
 #: tune grid: (preprocess instances, queue delay us, hardware decoders per instance)
 TUNE_GRID = [(2, 0, 2), (4, 0, 1), (4, 0, 2), (6, 0, 2)]
 #: DALI configurations always measured: its best (batch 128, 4 threads, hw 0.9) and its default split
@@ -90,6 +96,7 @@ def make_repo(
     hw_decoders: int | None = None,
     cpu_threads: int = 0,
     with_classify: bool = False,
+    fused_instances: int | None = None,
 ) -> Path:
     """A repository with preprocess (the shipped GPU config, overridden where asked), null_prep, sink and the
     prep_sink / null_sink ensembles (+ classifier, postprocess and classify)."""
@@ -121,9 +128,18 @@ def make_repo(
     sink_cfg = dest / "sink" / "config.pbtxt"
     sink_cfg.write_text(sink_cfg.read_text().replace("count: 1, kind: KIND_AUTO", f"count: 2, kind: {kind}"))
     if with_classify:
-        for model in ("classifier", "postprocess", "classify"):
+        for model in ("classifier", "postprocess", "classify", "classify_fused"):
             shutil.copytree(REPO / "model_repository" / model, dest / model, ignore=shutil.ignore_patterns("*.plan"))
             decode_once.open_queues(dest / model)
+        if fused_instances:
+            for cfg in (dest / "classify_fused" / "configs" / "gpu.pbtxt", dest / "classify_fused" / "config.pbtxt"):
+                cfg.write_text(
+                    _set(
+                        cfg.read_text(),
+                        r"instance_group \[.*?\]",
+                        f"instance_group [ {{ count: {fused_instances}, kind: KIND_GPU }} ]",
+                    )  # fmt: skip
+                )
     return dest
 
 
@@ -314,7 +330,7 @@ def summary_lines(rows: list[dict], summary: dict) -> list[str]:
     ceil = _best(rows, kind="decode_ceiling", size="500x375")
     if ceil:
         lines.append(f"- decode ceiling: **{ceil['images_per_s']:,.0f} img/s** ({ceil['config']})")
-    for cfg in ("prep_sink", "null_sink", "classify"):
+    for cfg in ("prep_sink", "null_sink", "classify", "classify_fused"):
         c1 = [
             r
             for r in rows
@@ -329,12 +345,25 @@ def summary_lines(rows: list[dict], summary: dict) -> list[str]:
                 f"- {cfg} at concurrency 1, one image: p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms; "
                 f"server {r.get('composing', '')}"
             )
-    for n in (1, 8, 32):
-        r = _best(rows, **main, config="classify", images_per_request=n)
-        if r:
+    alone = [r for r in rows if r["kind"] == "classifier" and r.get("batch") == 64]
+    prep8 = _best(rows, **main, config="prep_sink", images_per_request=8)
+    slowest = min([r["images_per_s"] for r in ([max(alone, key=lambda r: r["images_per_s"])] if alone else [])]
+                  + ([prep8["images_per_s"]] if prep8 else []), default=0)  # fmt: skip
+    for cfg in ("classify", "classify_fused"):
+        for n in (1, 8, 32):
+            r = _best(rows, **main, config=cfg, images_per_request=n)
+            if r:
+                ratio = f"; **{r['images_per_s'] / slowest:.2f}x** min(prep_sink at 8, classifier alone b64)" if (
+                    slowest and n == 8) else ""  # fmt: skip
+                lines.append(
+                    f"- {cfg} at {n} image(s)/request: **{r['images_per_s']:,.0f} img/s** (c={r['concurrency']}, "
+                    f"p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms){ratio}"
+                )
+    for r in rows:
+        if r["kind"] == "fused_tune":
             lines.append(
-                f"- classify at {n} image(s)/request: **{r['images_per_s']:,.0f} img/s** (c={r['concurrency']}, "
-                f"p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms)"
+                f"- {r['config']} at {r['images_per_request']} img/request c={r['concurrency']}: "
+                f"{r['images_per_s']:,.0f} img/s, p50 {r['p50_ms']:.2f} ms; server {r.get('composing', '')}"
             )
     for b in (1, 8, 64, 256):
         cls = [r for r in rows if r["kind"] == "classifier" and r.get("batch") == b]
@@ -615,16 +644,32 @@ def phase_classify(run: Run, args: argparse.Namespace) -> None:
     try:
         text = (run.out / "triton-classify.log").read_text()
         run.summary["classifier_runtime"] = [ln for ln in text.splitlines() if "classifier instance" in ln][:1]
-        run.sweep("classify", server, "classify", [1], [1])
-        run.sweep("classify", server, "classify", [1], [16, 64])
-        run.sweep("classify", server, "classify", [8], [16, 64])
-        run.sweep("classify", server, "classify", [32], [8, 16])
+        # the ensemble and the one-process model side by side, point by point, on one server
+        for n, conc in CLASSIFY_POINTS:
+            for model in ("classify", "classify_fused"):
+                run.sweep(model, server, model, [n], conc)
         run.summary["gpu_memory_by_process classify"] = gpu_memory_by_process()
     finally:
         server.__exit__(None, None, None)
     run.summary["profile classify"] = profile_lines(run.out / "triton-classify.log")
     text = (run.out / "triton-classify.log").read_text()
     run.summary["classify_log"] = [ln for ln in text.splitlines() if "classifier" in ln][:6]
+    run.save()
+
+
+def phase_fused(run: Run, args: argparse.Namespace) -> None:
+    """``classify_fused`` with each instance count of ``--fused-instances``: throughput, c=1 latency, memory."""
+    for n in (int(v) for v in args.fused_instances.split(",")):
+        tag = f"fused-x{n}"
+        server = start_server(make_repo(run.work / f"repo-{tag}", with_classify=True, fused_instances=n),
+                              run.out / f"triton-{tag}.log")  # fmt: skip
+        try:
+            for b, conc in FUSED_TUNE_POINTS:
+                run.sweep(f"classify_fused x{n}", server, "classify_fused", [b], conc, kind="fused_tune")
+            run.summary[f"gpu_memory_by_process {tag}"] = gpu_memory_by_process()
+        finally:
+            server.__exit__(None, None, None)
+        run.summary[f"profile {tag}"] = profile_lines(run.out / f"triton-{tag}.log", 6)
     run.save()
 
 
@@ -671,13 +716,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--plan", choices=sorted(PLANS), default="quick")
-    parser.add_argument("--phase", default="main", help="comma list of: tune, main, classify, analyze, soak")
+    parser.add_argument("--phase", default="main", help="comma list of: tune, main, classify, fused, analyze, soak")
     parser.add_argument("--skip", default="", help="comma list of: ceiling, dali, cpu, sizes, classifier, torch")
     parser.add_argument(
         "--config", help="main phase: instances,queue_delay_us,hw_decoders instead of the shipped config"
     )
     parser.add_argument("--interval", type=int, help="perf_analyzer measurement interval, ms")
     parser.add_argument("--soak-seconds", type=int, default=300)
+    parser.add_argument("--fused-instances", default="2,3,4", help="fused phase: classify_fused instance counts")
     parser.add_argument("--torch-python", help="a Python with CUDA PyTorch for the network ceiling")
     args = parser.parse_args(argv)
     args.skip = set(filter(None, args.skip.split(",")))
@@ -693,6 +739,7 @@ def main(argv: list[str] | None = None) -> int:
             "classify": lambda: phase_classify(run, args),
             "soak": lambda: phase_soak(run, args),
             "analyze": lambda: phase_analyze(run, args),
+            "fused": lambda: phase_fused(run, args),
         }[phase]()
         log.info("phase %s done in %.0f s", phase, time.monotonic() - t0)
         write_report(run.rows, run.summary, args.out)

@@ -7,9 +7,10 @@
 #   STEPS (comma list, in this order):
 #     tests       the GPU test suite (tests/gpu) and the e2e classify tests against the GPU-backed server
 #     grid        nvImageCodec settings side by side (python -m scripts.bench.decode_grid)
+#     memory      the classifier runtime's GPU memory by batch buckets and cuDNN workspace (classifier_bench memory)
 #     classifier  the classifier alone: ONNX Runtime CUDA EP variants, and the PyTorch ceiling with the
 #                 machine's own torch (python -m scripts.bench.classifier_bench ort; scripts/bench/torch_ceiling.py)
-#     harness     python -m scripts.bench.harness --phase $PHASES (tune, main, classify, analyze, soak)
+#     harness     python -m scripts.bench.harness --phase $PHASES (tune, main, classify, fused, analyze, soak)
 #   After each step, python -m scripts.leftovers checks that no tritonprep process, /dev/shm region, CUDA context
 #   or GPU memory above the baseline taken before the first step is left ($OUT/leftovers.txt: "clean" or "LEFTOVERS").
 #   TEST_FILES, TEST_TIMEOUT, PHASES, HARNESS_ARGS, SOAK_SECONDS: knobs of the steps above.
@@ -58,7 +59,7 @@ leftovers() {  # $1: the step just done
 }
 
 if step tests; then
-  timeout ${TEST_TIMEOUT:-300} python3 -m pytest ${TEST_FILES:-tests/gpu tests/e2e/test_classify.py tests/e2e/test_embed_analyze.py} -q -p no:cacheprovider \
+  timeout ${TEST_TIMEOUT:-300} python3 -m pytest ${TEST_FILES:-tests/gpu tests/e2e/test_classify.py tests/e2e/test_embed_analyze.py tests/e2e/test_fused.py} -q -p no:cacheprovider \
     --timeout 240 -rsP > /tmp/steps/pytest-gpu.txt 2>&1; echo "pytest rc=$?"; tail -8 /tmp/steps/pytest-gpu.txt
   cp /tmp/steps/pytest-gpu.txt "$OUT/"
   leftovers tests
@@ -68,6 +69,12 @@ if step grid; then
     > /tmp/steps/grid.log 2>&1; echo "grid rc=$?"; grep -E "img/s" /tmp/steps/grid.log | sed 's/^.*decode_grid: //' | tail -40
   cp /tmp/steps/grid.json "$OUT/" 2>/dev/null
   leftovers grid
+fi
+if step memory; then
+  timeout 240 python3 -m scripts.bench.classifier_bench memory --out /tmp/steps/memory.jsonl > /tmp/steps/memory.log 2>&1
+  echo "memory rc=$?"; cat /tmp/steps/memory.jsonl; tail -3 /tmp/steps/memory.log
+  cp /tmp/steps/memory.jsonl "$OUT/" 2>/dev/null
+  leftovers memory
 fi
 if step classifier; then
   timeout 200 python3 -m scripts.bench.classifier_bench ort --out /tmp/steps/classifier.jsonl > /tmp/steps/classifier.log 2>&1

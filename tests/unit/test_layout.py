@@ -23,6 +23,8 @@ ALLOWED = {
     "classifier": {"errors"},
     "triton": {"errors", "spec", "geometry", "executors"},
     "launcher": {"errors"},
+    # the one wiring of the request/response layer to the networks (classify_fused)
+    "pipeline": {"errors", "spec", "executors", "classifier", "triton"},
 }
 
 

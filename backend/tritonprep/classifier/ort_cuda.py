@@ -133,6 +133,8 @@ class OrtCudaRuntime:
         nhwc: bool = False,
         cuda_graphs: bool = True,
         gpu_mem_limit_mb: int = 0,
+        conv_max_workspace: bool = True,
+        stream: Any = None,
     ) -> None:
         ort = import_onnxruntime()
         if not cuda_provider_available(ort):
@@ -148,7 +150,7 @@ class OrtCudaRuntime:
         try:
             self.device = cupy.cuda.Device(device_id)
             self.device.use()
-            self.stream = cupy.cuda.Stream(non_blocking=True)
+            self.stream = stream if stream is not None else cupy.cuda.Stream(non_blocking=True)
         except cupy.cuda.runtime.CUDARuntimeError as e:
             raise RuntimeUnavailable(f"GPU {device_id} is not usable: {e}") from None
         self.input_dims = tuple(input_dims)
@@ -163,6 +165,8 @@ class OrtCudaRuntime:
             "prefer_nhwc": "1" if nhwc else "0",
             "cudnn_conv_algo_search": "EXHAUSTIVE",
             "arena_extend_strategy": "kSameAsRequested",
+            # cuDNN may pick algorithms that need a large workspace (faster, but each bucket's arena keeps it)
+            "cudnn_conv_use_max_workspace": "1" if conv_max_workspace else "0",
         }
         if gpu_mem_limit_mb:
             provider["gpu_mem_limit"] = str(gpu_mem_limit_mb << 20)

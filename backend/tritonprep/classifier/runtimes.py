@@ -176,11 +176,14 @@ def load_runtime(
     device_id: int = 0,
     use_gpu: bool = True,
     max_batch: int = 256,
+    stream: Any = None,
 ) -> Runtime:
     """Load the classifier on the best runtime available for the instance.
 
     ``input_dims`` is the network input without the batch axis, as the model config declares it;
-    ``options`` come from the config's parameters (``prefer`` overrides ``options.runtime``).
+    ``options`` come from the config's parameters (``prefer`` overrides ``options.runtime``);
+    ``stream``: a CuPy stream the ONNX Runtime CUDA network runs on (default: one of its own), e.g. the
+    preprocess executor's, so that decode, kernels and network are ordered on one stream.
     """
     options = options or RuntimeOptions.from_parameters({}, max_batch)
     prefer = prefer or options.runtime
@@ -212,6 +215,7 @@ def load_runtime(
                     nhwc=options.layout == "nhwc",
                     cuda_graphs=options.cuda_graphs,
                     gpu_mem_limit_mb=options.gpu_mem_limit_mb,
+                    stream=stream,
                 )
             except RuntimeUnavailable as e:
                 log.warning("classifier on a GPU instance runs on the CPU: %s", e)

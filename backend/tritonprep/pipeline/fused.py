@@ -105,6 +105,7 @@ class FusedClassifyModel(PreprocessModel):
             device_id=int(args["model_instance_device_id"]),
             use_gpu=self.executor.name == "gpu",
             max_batch=max_batch,
+            stream=getattr(self.executor, "stream", None),  # the GPU executor's: one stream for the whole job
         )
         self.labels = imagenet_labels()
         log.info("classify_fused instance %s: network %s on %s, top %d", args["model_instance_name"], network.name,
