@@ -45,6 +45,8 @@ LAYOUTS = ("NCHW", "NHWC")
 DTYPES = ("FP32", "FP16")
 EXECUTORS = ("auto", "gpu", "cpu")
 GPU_DECODERS = ("nvimgcodec", "pillow")
+#: where the hardware (and CUDA) decoder objects decode: each on a CUDA stream of its own, or on the instance's
+HW_DECODER_STREAMS = ("own", "caller")
 KNOWN_FORMATS = ("JPEG", "PNG", "WEBP", "BMP", "GIF", "TIFF")
 
 #: where a parameter applies: to each image output (may be prefixed) or to the model (shared by all outputs)
@@ -220,6 +222,14 @@ PARAMETERS: tuple[Parameter, ...] = (
         "hardware decoder objects per instance; a call's JPEGs are split among them and decoded at once",
     ),
     Parameter("hw_decoder_threads", "hw_decoder_threads", _int, "1", "host threads of each hardware decoder"),
+    Parameter(
+        "hw_decoder_streams",
+        "hw_decoder_streams",
+        _lower,
+        "own",
+        "own: each decoder object decodes on a CUDA stream of its own (several decode at once), joined to the "
+        "instance's stream by events; caller: all decode on the instance's stream",
+    ),
     Parameter("cuda_decoder_threads", "cuda_decoder_threads", _int, "2", "host threads of the nvJPEG CUDA decoder"),
     Parameter(
         "hw_decoder_prealloc",
@@ -322,6 +332,7 @@ class PreprocessSpec:
     hw_decoder_share: float = 1.0
     hw_decoders: int = 1
     hw_decoder_threads: int = 1
+    hw_decoder_streams: str = "own"
     cuda_decoder_threads: int = 2
     hw_prealloc_width: int = 1024
     hw_prealloc_height: int = 768
@@ -340,6 +351,7 @@ class PreprocessSpec:
             ("dtype", DTYPES),
             ("executor", EXECUTORS),
             ("gpu_decoder", GPU_DECODERS),
+            ("hw_decoder_streams", HW_DECODER_STREAMS),
         ):
             _check_choice(name, getattr(self, name), choices)
         if self.resize == "shorter_side_crop" and self.resize_shorter < max(self.output_height, self.output_width):

@@ -2,13 +2,15 @@
 
     python -m scripts.bench.classifier_bench ort  --out ort.json     # ONNX Runtime CUDA EP variants
     python -m scripts.bench.classifier_bench dali --out dali.json --images DIR   # DALI -> the same ORT runtime
+        [--dali-best '{"batch": 128, "threads": 4, "hw_decoder_load": 0.9, "prefetch": 1}']
     python -m scripts.bench.classifier_bench memory --out mem.json  # GPU memory by batch buckets
 
 ``ort`` runs tritonprep's :class:`~tritonprep.classifier.ort_cuda.OrtCudaRuntime` in each configuration
 (FP32/FP16, NCHW/NHWC, with and without CUDA graphs) at batch 1, 8, 64 and 256 with the input
 already on the GPU: latency (median of repeated calls, each synchronized) and images/s. ``dali`` is
-the pipeline a user would hand-roll: DALI's mixed decode + resize + crop + normalize (its best
-decoder split) feeding the same runtime in one process. The network ceiling in PyTorch is
+the pipeline a user would hand-roll: DALI's mixed decode + resize + crop + normalize feeding the same
+runtime in one process, in the configuration ``--dali-best`` names (``best`` of ``scripts.bench.dali_bench``'s
+JSON) or else in three fixed ones. The network ceiling in PyTorch is
 ``scripts/bench/torch_ceiling.py`` (it needs the GPU machine's own torch). One JSON row per line.
 """
 
@@ -144,8 +146,14 @@ def memory_rows(seconds: float) -> list[dict[str, Any]]:
     return rows
 
 
-def dali_rows(folder: Path, seconds: float) -> list[dict[str, Any]]:
-    """DALI decode + resize(shorter 256, antialias) + crop 224 + normalize -> OrtCudaRuntime, one process."""
+#: (batch, threads, hw_decoder_load, prefetch) of the DALI + ORT rows when no sweep result is given (prefetch 2,
+#: DALI's default, as these rows always had: the next batch is decoded while the network runs)
+DALI_DEFAULTS = ((64, 4, 0.9, 2), (128, 4, 0.9, 2), (128, 4, 0.65, 2))
+
+
+def dali_rows(folder: Path, seconds: float, best: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """DALI decode + resize(shorter 256, antialias) + crop 224 + normalize -> OrtCudaRuntime, one process; in the
+    configuration ``best`` (a row of :mod:`scripts.bench.dali_bench`'s sweep) if given."""
     import nvidia.dali
 
     from scripts.bench.dali_bench import build
@@ -154,8 +162,13 @@ def dali_rows(folder: Path, seconds: float) -> list[dict[str, Any]]:
 
     jpegs = [np.frombuffer(p.read_bytes(), dtype=np.uint8) for p in sorted(folder.glob("*.jpg"))]
     rows = []
-    for batch, hw_load in ((64, 0.9), (128, 0.9), (128, 0.65)):
-        p = build(jpegs, batch, 4, hw_load)  # the same pipeline as DALI's row in the harness
+    configs = (
+        [(int(best["batch"]), int(best["threads"]), float(best["hw_decoder_load"]), int(best.get("prefetch", 1)))]
+        if best
+        else DALI_DEFAULTS
+    )
+    for batch, threads, hw_load, prefetch in configs:
+        p = build(jpegs, batch, threads, hw_load, prefetch)  # the same pipeline as DALI's rows in the harness
         rt = OrtCudaRuntime(model_file(ONNX, "fp16"), DIMS, buckets=(batch,), nhwc=True, cuda_graphs=True)
 
         def step(p: Any = p, rt: Any = rt, batch: int = batch) -> None:
@@ -172,8 +185,8 @@ def dali_rows(folder: Path, seconds: float) -> list[dict[str, Any]]:
         rows.append(
             {
                 "kind": "dali+ort",
-                "config": f"DALI {nvidia.dali.__version__} (batch {batch}, 4 threads, "
-                f"hw_decoder_load {hw_load}) -> onnxruntime-gpu FP16 NHWC graphs, one process",
+                "config": f"DALI {nvidia.dali.__version__} (batch {batch}, {threads} threads, "
+                f"hw_decoder_load {hw_load}, prefetch {prefetch}) -> onnxruntime-gpu FP16 NHWC graphs, one process",
                 "batch": batch,
                 "images_per_s": round(rate),
             }
@@ -189,12 +202,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--images", type=Path, help="dali: folder of JPEGs")
     parser.add_argument("--seconds", type=float, default=1.0)
+    parser.add_argument(
+        "--dali-best",
+        type=json.loads,
+        help="dali: JSON of dali_bench's best row (batch, threads, hw_decoder_load, prefetch)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     if args.what == "memory":
         rows = memory_rows(args.seconds)
     else:
-        rows = ort_rows(args.seconds) if args.what == "ort" else dali_rows(args.images, args.seconds)
+        rows = ort_rows(args.seconds) if args.what == "ort" else dali_rows(args.images, args.seconds, args.dali_best)
     args.out.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     return 0
 

@@ -2,9 +2,12 @@
 
 Each row decodes the same 500x375 q90 JPEGs in a loop for ``--seconds`` and reports images/s:
 
-* ``ceiling``: N raw hardware decoders on N threads, batch 128 (what the engines can do);
+* ``ceiling``: N raw hardware decoders on N threads, each on its own CUDA stream, batch 128, with and
+  without preallocation and with 1 or nvImageCodec's default host threads per decoder (:func:`ceiling_grid`;
+  the ceiling is its best 6-decoder row);
 * ``decoder``: tritonprep's :class:`~tritonprep.decode.nvimgcodec.GpuDecoder` with one setting changed at
-  a time (decoder objects, host threads per decoder, preallocation, fancy upsampling, batch per call);
+  a time (decoder objects, host threads per decoder, preallocation, fancy upsampling, batch per call,
+  the caller's stream or one per decoder object);
 * ``processes``: P processes at once, each with its own decoder, as P Triton instances would run;
 * ``executor``: the whole GPU executor (checks, decode, kernel, sync) and where its host time goes.
 
@@ -17,6 +20,7 @@ import argparse
 import json
 import logging
 import multiprocessing as mp
+import queue
 import sys
 import threading
 import time
@@ -25,23 +29,47 @@ from typing import Any
 
 log = logging.getLogger("decode_grid")
 
-#: (label, GpuDecoder keyword arguments); the first is the decoder as shipped before this work
+#: (label, GpuDecoder keyword arguments); the first is the decoder as shipped before this work. The rows
+#: without "own stream(s)" decode on the caller's stream, as every row of the grids before the stream mode
+#: existed did (their labels are kept so that runs compare); the "own stream(s)" rows give each decoder
+#: object a stream of its own (GpuDecoder's default, the config's hw_decoder_streams=own).
 SETTINGS: list[tuple[str, dict[str, Any]]] = [
     (
         "old: 1 hw decoder, default threads, no prealloc",
-        {"hw_decoders": 1, "hw_threads": 0, "cuda_threads": 0, "prealloc": (1, 1, 1)},
+        {"hw_decoders": 1, "hw_threads": 0, "cuda_threads": 0, "prealloc": (1, 1, 1), "streams": "caller"},
     ),
-    ("1 hw decoder, 1 thread", {"hw_decoders": 1, "hw_threads": 1, "prealloc": (1, 1, 1)}),
-    ("1 hw decoder, 1 thread, prealloc", {"hw_decoders": 1, "hw_threads": 1}),
-    ("2 hw decoders, 1 thread, prealloc", {"hw_decoders": 2, "hw_threads": 1}),
-    ("3 hw decoders, 1 thread, prealloc", {"hw_decoders": 3, "hw_threads": 1}),
-    ("2 hw decoders, 2 threads, prealloc", {"hw_decoders": 2, "hw_threads": 2}),
+    ("1 hw decoder, 1 thread", {"hw_decoders": 1, "hw_threads": 1, "prealloc": (1, 1, 1), "streams": "caller"}),
+    ("1 hw decoder, 1 thread, prealloc", {"hw_decoders": 1, "hw_threads": 1, "streams": "caller"}),
+    ("2 hw decoders, 1 thread, prealloc", {"hw_decoders": 2, "hw_threads": 1, "streams": "caller"}),
+    ("3 hw decoders, 1 thread, prealloc", {"hw_decoders": 3, "hw_threads": 1, "streams": "caller"}),
+    ("2 hw decoders, 2 threads, prealloc", {"hw_decoders": 2, "hw_threads": 2, "streams": "caller"}),
     (
         "2 hw decoders, 1 thread, prealloc, no fancy upsampling",
-        {"hw_decoders": 2, "hw_threads": 1, "fancy_upsampling": False},
+        {"hw_decoders": 2, "hw_threads": 1, "fancy_upsampling": False, "streams": "caller"},
     ),
-    ("2 hw decoders, 1 thread, prealloc, hw share 0.85", {"hw_decoders": 2, "hw_threads": 1, "hw_share": 0.85}),
+    (
+        "2 hw decoders, 1 thread, prealloc, hw share 0.85",
+        {"hw_decoders": 2, "hw_threads": 1, "hw_share": 0.85, "streams": "caller"},
+    ),
+    ("1 hw decoder, 1 thread, prealloc, own stream", {"hw_decoders": 1, "hw_threads": 1, "streams": "own"}),
+    ("2 hw decoders, 1 thread, prealloc, own streams", {"hw_decoders": 2, "hw_threads": 1, "streams": "own"}),
+    ("3 hw decoders, 1 thread, prealloc, own streams", {"hw_decoders": 3, "hw_threads": 1, "streams": "own"}),
+    ("6 hw decoders, 1 thread, prealloc, own streams", {"hw_decoders": 6, "hw_threads": 1, "streams": "own"}),
+    (
+        "2 hw decoders, 1 thread, prealloc, own streams, hw share 0.85",
+        {"hw_decoders": 2, "hw_threads": 1, "hw_share": 0.85, "streams": "own"},
+    ),
 ]
+#: the SETTINGS also run as several processes at once (as several Triton instances would)
+PROCESS_SETTINGS = (
+    "old: 1 hw decoder, default threads, no prealloc",
+    "1 hw decoder, 1 thread",
+    "2 hw decoders, 1 thread, prealloc",
+    "2 hw decoders, 1 thread, prealloc, own streams",
+)
+#: ceiling_grid's variants: (max_num_cpu_threads per decoder, preallocation); the first is the old ceiling
+CEILING_VARIANTS: tuple[tuple[int, bool], ...] = ((1, False), (1, True), (0, True))
+CEILING_DECODERS = (1, 3, 6)
 
 
 def _images(count: int = 256) -> list[bytes]:
@@ -68,17 +96,33 @@ def _batches(images: list[bytes], size: int) -> list[list[bytes]]:
     return [images[i : i + size] for i in range(0, len(images) - size + 1, size)] or [images[:size]]
 
 
-def ceiling(decoders: int, seconds: float, batch: int = 128) -> float:
-    """N raw nvImageCodec hardware decoders, each on its own thread and stream."""
+def ceiling(decoders: int, seconds: float, batch: int = 128, threads: int = 1, prealloc: bool = False) -> float:
+    """N raw nvImageCodec hardware decoders, each on its own thread and stream; summed images/s.
+
+    ``threads`` is each decoder's ``max_num_cpu_threads`` (0: nvImageCodec's default, cores - 1);
+    ``prealloc`` adds the preallocation options GpuDecoder passes (1024x768, batch = ``batch``) to
+    nvImageCodec's default options (``:fancy_upsampling=0``, what the old ceiling ran with).
+    """
     import cupy as cp
     from nvidia import nvimgcodec as nv
 
     params = nv.DecodeParams(apply_exif_orientation=True, color_spec=nv.ColorSpec.SRGB)
     images = _images()
+    options = ":fancy_upsampling=0"  # the binding's default: the old ceiling passed no options
+    if prealloc:
+        options += (
+            " nvjpeg_hw_decoder:preallocate_width_hint=1024 nvjpeg_hw_decoder:preallocate_height_hint=768"
+            f" nvjpeg_hw_decoder:preallocate_batch_size={batch}"
+        )
     workers = []
     for _ in range(decoders):
         stream = cp.cuda.Stream(non_blocking=True)
-        dec = nv.Decoder(device_id=0, max_num_cpu_threads=1, backends=[nv.Backend(nv.BackendKind.HW_GPU_ONLY)])
+        dec = nv.Decoder(
+            device_id=0,
+            max_num_cpu_threads=threads,
+            backends=[nv.Backend(nv.BackendKind.HW_GPU_ONLY)],
+            options=options,
+        )
         workers.append((dec, stream))
     batches = _batches(images, batch)
     rates = [0.0] * decoders
@@ -92,12 +136,47 @@ def ceiling(decoders: int, seconds: float, batch: int = 128) -> float:
             seconds,
         )
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(decoders)]
-    for t in threads:
+    runners = [threading.Thread(target=work, args=(k,)) for k in range(decoders)]
+    for t in runners:
         t.start()
-    for t in threads:
+    for t in runners:
         t.join()
     return sum(rates)
+
+
+def ceiling_grid(seconds: float, batch: int = 128) -> list[dict[str, Any]]:
+    """:func:`ceiling` for 1, 3 and 6 decoders in each of ``CEILING_VARIANTS``, each in a fresh process.
+
+    Returns one row per measurement: ``decoders``, ``threads`` (0: nvImageCodec's default), ``prealloc``,
+    ``batch``, ``images_per_s``. The (1 thread, no preallocation) rows are the ceiling as measured
+    before; preallocation alone lifted one GpuDecoder above that old 1-decoder figure, so it was not
+    the best nvImageCodec can do. **The decode ceiling is the best 6-decoder row** (:func:`ceiling_best`).
+    9 rows of ``seconds`` each (plus a process start and a warm-up batch per row).
+    """
+    rows = []
+    for threads, prealloc in CEILING_VARIANTS:
+        for n in CEILING_DECODERS:
+            row: dict[str, Any] = {"decoders": n, "threads": threads, "prealloc": prealloc, "batch": batch}
+            try:
+                row["images_per_s"] = isolated(ceiling, n, seconds, batch, threads, prealloc)
+            except RuntimeError as e:  # one setting's crash must not cost the others
+                log.warning("ceiling %s failed: %s", ceiling_label(row), e)
+                row.update(images_per_s=0.0, error=str(e))
+            rows.append(row)
+            log.info("ceiling %s: %.0f img/s", ceiling_label(row), row["images_per_s"])
+    return rows
+
+
+def ceiling_best(rows: list[dict[str, Any]], decoders: int = 6) -> dict[str, Any] | None:
+    """The ceiling: the fastest of ``rows`` (from :func:`ceiling_grid`) with ``decoders`` decoders."""
+    cands = [r for r in rows if r["decoders"] == decoders and not r.get("error")]
+    return max(cands, key=lambda r: r["images_per_s"]) if cands else None
+
+
+def ceiling_label(row: dict[str, Any]) -> str:
+    """``6 decoders, 1 thread each, prealloc`` for a ceiling_grid row."""
+    threads = "default threads (cores - 1)" if row["threads"] == 0 else f"{row['threads']} thread(s) each"
+    return f"{row['decoders']} decoder(s), {threads}, {'prealloc' if row['prealloc'] else 'no prealloc'}"
 
 
 def decoder_rates(kwargs: dict[str, Any], batches: tuple[int, ...], seconds: float) -> list[float]:
@@ -116,19 +195,45 @@ def decoder_rates(kwargs: dict[str, Any], batches: tuple[int, ...], seconds: flo
 
 
 def _child(fn: Any, args: tuple[Any, ...], out: Any) -> None:
-    out.put(fn(*args))
+    try:
+        out.put(("ok", fn(*args)))
+    except Exception as e:  # noqa: BLE001 - reported to the parent, which raises it instead of waiting
+        out.put(("error", f"{type(e).__name__}: {e}"))
 
 
-def isolated(fn: Any, *args: Any) -> Any:
-    """``fn(*args)`` in a fresh process: every setting gets its own few decoders (many in one process crashed)."""
+def isolated(fn: Any, *args: Any, timeout: float = 300) -> Any:
+    """``fn(*args)`` in a fresh process: every setting gets its own few decoders (many in one process crashed).
+
+    Raises RuntimeError when ``fn`` raised, or when the process died (a crash in nvImageCodec) or ran past
+    ``timeout`` without a result, instead of waiting out the whole timeout for a dead process.
+    """
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     p = ctx.Process(target=_child, args=(fn, args, out))
     p.start()
+    deadline = time.monotonic() + timeout
     try:
-        return out.get(timeout=300)
+        while True:
+            try:
+                status, value = out.get(timeout=1.0)
+                break
+            except queue.Empty:
+                if p.is_alive() and time.monotonic() < deadline:
+                    continue
+                try:  # it may have put its result just before it ended
+                    status, value = out.get(timeout=1.0)
+                    break
+                except queue.Empty:
+                    why = f"exit code {p.exitcode}" if not p.is_alive() else f"no result in {timeout:.0f} s"
+                    raise RuntimeError(f"{getattr(fn, '__name__', fn)}{args} in its own process: {why}") from None
     finally:
         p.join(30)
+        if p.is_alive():
+            p.kill()
+            p.join(5)
+    if status != "ok":
+        raise RuntimeError(f"{getattr(fn, '__name__', fn)}{args}: {value}")
+    return value
 
 
 def _process_worker(kwargs: dict[str, Any], batch: int, seconds: float, start: Any, out: Any) -> None:
@@ -205,15 +310,30 @@ def main(argv: list[str] | None = None) -> int:
         args.out.write_text(json.dumps(rows, indent=1))
 
     if "ceiling" not in skip:
-        for n in (1, 3, 6):
-            add("ceiling", f"{n} raw hardware decoder(s) on threads", 128, isolated(ceiling, n, args.seconds))
+        for row in ceiling_grid(args.seconds):
+            add(
+                "ceiling",
+                f"{row['decoders']} raw hardware decoder(s) on threads, threads {row['threads']}, "
+                f"prealloc {row['prealloc']}",
+                row["batch"],
+                row["images_per_s"],
+                decoders=row["decoders"],
+                threads=row["threads"],
+                prealloc=row["prealloc"],
+                **({"error": row["error"]} if row.get("error") else {}),
+            )
     if "decoder" not in skip:
         batches = (16, 64, 128)
         for label, kwargs in SETTINGS:
-            for batch, rate in zip(batches, isolated(decoder_rates, kwargs, batches, args.seconds)):
+            try:
+                rates = isolated(decoder_rates, kwargs, batches, args.seconds)
+            except RuntimeError as e:  # e.g. a crash with many decoder objects: the other settings still run
+                add("decoder", label, 0, 0.0, error=str(e))
+                continue
+            for batch, rate in zip(batches, rates):
                 add("decoder", label, batch, rate)
     if "processes" not in skip:
-        for label, kwargs in (SETTINGS[0], SETTINGS[1], SETTINGS[3]):
+        for label, kwargs in [(label, kwargs) for label, kwargs in SETTINGS if label in PROCESS_SETTINGS]:
             for procs, batch in ((4, 16), (4, 32), (6, 16)):
                 add(
                     "processes",

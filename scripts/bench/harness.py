@@ -67,8 +67,14 @@ CLASSIFY_POINTS = [(1, [1]), (1, [16, 64]), (8, [16, 64]), (32, [8, 16])]
 FUSED_TUNE_POINTS = [(1, [1]), (8, [64]), (32, [16])]
 #: tune grid: (preprocess instances, queue delay us, hardware decoders per instance)
 TUNE_GRID = [(2, 0, 2), (4, 0, 1), (4, 0, 2), (6, 0, 2)]
-#: DALI configurations always measured: its best (batch 128, 4 threads, hw 0.9) and its default split
-DALI_CONFIGS = ["--batch", "128", "--threads", "4", "--hw-load", "0.9,0.65"]
+#: the DALI sweep of the main phase (scripts.bench.dali_bench, in process): 3 x 3 x 4 = 36 configurations, each a
+#: fresh pipeline, 3 warm-up + 20 timed run() calls; no configuration starts after --budget-s (``--dali-args``
+#: appends to these, and an option given again there wins)
+DALI_CONFIGS = ["--batch", "64,128,256", "--threads", "2,4,8", "--hw-load", "0.65,0.75,0.9,1.0", "--prefetch", "1",
+                "--runs", "20", "--budget-s", "150"]  # fmt: skip
+#: wall-clock limits of the DALI sweep's subprocess beyond its --budget-s, and of the in-process executor's (s)
+DALI_TIMEOUT_MARGIN_S = 180
+INPROCESS_TIMEOUT_S = 300
 SHIPPED_GPU_CONFIG = REPO / "model_repository" / "preprocess" / "configs" / "gpu.pbtxt"
 
 
@@ -239,13 +245,41 @@ def gpu_memory_mib() -> int:
     return sum(int(v) for v in out) if out else -1
 
 
-def run_dali(folder: Path) -> dict:
-    cmd = [sys.executable, "-m", "scripts.bench.dali_bench", "--images", str(folder), "--seconds", "3", *DALI_CONFIGS]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400, check=False, cwd=REPO)
-    if proc.returncode != 0:
-        log.error("DALI benchmark failed: %s", proc.stderr.strip().splitlines()[-5:])
-        return {"error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+def run_dali(folder: Path, extra: list[str] | None = None) -> dict:
+    """DALI's in-process sweep (:mod:`scripts.bench.dali_bench`) in a subprocess: its JSON ({dali_version, protocol,
+    best, all}); if it crashed or overran its limit, the configurations it had finished (its ``--rows`` file) and
+    an ``error``."""
+    rows_file = Path(f"/tmp/harness-dali-{os.getpid()}-{time.monotonic_ns()}.jsonl")
+    cmd = [sys.executable, "-m", "scripts.bench.dali_bench", "--images", str(folder), "--rows", str(rows_file),
+           *DALI_CONFIGS, *(extra or [])]  # fmt: skip
+    budget = [float(cmd[i + 1]) for i, c in enumerate(cmd[:-1]) if c == "--budget-s"]  # the last one given wins
+    timeout = budget[-1] + DALI_TIMEOUT_MARGIN_S
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False, cwd=REPO)
+        stdout, stderr, status = proc.stdout, proc.stderr, f"exit status {proc.returncode}"
+    except subprocess.TimeoutExpired as e:  # the partial output comes as bytes
+        stdout, status = "", f"killed after {timeout:.0f} s"
+        stderr = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+    results = [ln for ln in stdout.splitlines() if ln.startswith("{")]
+    if results:
+        res = json.loads(results[-1])
+    else:
+        lines = rows_file.read_text().splitlines() if rows_file.is_file() else []
+        salvaged = [json.loads(ln) for ln in lines if ln.startswith("{")]
+        head = next((r for r in salvaged if r.get("header")), {})
+        done = [r for r in salvaged if not r.get("header")]
+        ok = [r for r in done if "images_per_s" in r]
+        res = {
+            "dali_version": head.get("dali_version", "?"),
+            "protocol": head.get("protocol", {}),
+            "best": max(ok, key=lambda r: r["images_per_s"]) if ok else None,
+            "all": done,
+            "error": f"{status}: {(stderr.strip().splitlines() or ['?'])[-1]}",
+        }
+        log.error("DALI sweep failed (%s): %s; %d configurations salvaged", status, stderr.strip().splitlines()[-5:],
+                  len(done))  # fmt: skip
+    rows_file.unlink(missing_ok=True)
+    return res
 
 
 def run_json_lines(cmd: list[str], timeout: int = 600, env: dict[str, str] | None = None) -> list[dict]:
@@ -318,18 +352,36 @@ def summary_lines(rows: list[dict], summary: dict) -> list[str]:
                 f"**{prep['images_per_s'] / null['images_per_s']:.0%} of the ceiling**"
             )
     dali = _best(rows, kind="dali", size="500x375")
-    if dali:
-        lines.append(f"- DALI best: **{dali['images_per_s']:,.0f} img/s** ({dali['config']})")
+    sweep = summary.get("dali_best")  # the main phase's DALI sweep; rows of older runs have no such entry
+    dali_rate = sweep["images_per_s"] if sweep else dali["images_per_s"] if dali else 0
+    if sweep:
+        lines.append(
+            f"- DALI best (in process, swept {sweep.get('swept', '?')} configs): **{dali_rate:,.0f} img/s** "
+            f"(batch {sweep.get('batch')}, {sweep.get('threads')} threads, hw_decoder_load "
+            f"{sweep.get('hw_decoder_load')}, prefetch {sweep.get('prefetch')})"
+            + (f"; {sweep['failed']} of the configs failed" if sweep.get("failed") else "")
+        )
+    elif dali:
+        lines.append(f"- DALI best: **{dali_rate:,.0f} img/s** ({dali['config']})")
+    if dali_rate:
         for n in (32, 64):
             prep = _best(rows, **main, config="prep_sink", images_per_request=n)
             if prep:
                 lines.append(
-                    f"- tritonprep at {n} images/request / DALI best = "
-                    f"**{prep['images_per_s'] / dali['images_per_s']:.2f}x**"
+                    f"- tritonprep at {n} images/request / DALI best = **{prep['images_per_s'] / dali_rate:.2f}x**"
                 )
-    ceil = _best(rows, kind="decode_ceiling", size="500x375")
-    if ceil:
-        lines.append(f"- decode ceiling: **{ceil['images_per_s']:,.0f} img/s** ({ceil['config']})")
+    inproc = _best(rows, kind="executor_inprocess", size="500x375")
+    if inproc:
+        ratio = f" = **{inproc['images_per_s'] / dali_rate:.2f} x DALI best (in process)**" if dali_rate else ""
+        lines.append(
+            f"- tritonprep executor in process (best): **{inproc['images_per_s']:,.0f} img/s** "
+            f"(batch {inproc['images_per_request']}, {inproc['concurrency']} executor(s), one thread each){ratio}"
+        )
+    ceil = summary.get("decode_ceiling_best") or _best(rows, kind="decode_ceiling", size="500x375")
+    if ceil:  # the best 6-decoder row of decode_grid.ceiling_grid; beside it the old ceiling's setting
+        old = _best(rows, kind="decode_ceiling", size="500x375", concurrency=6, threads=1, prealloc=False)
+        tail = f"; old-style (6 decoders, 1 thread each, no prealloc): {old['images_per_s']:,.0f} img/s" if old else ""
+        lines.append(f"- decode ceiling: **{ceil['images_per_s']:,.0f} img/s** ({ceil['config']}){tail}")
     for cfg in ("prep_sink", "null_sink", "classify", "classify_fused"):
         c1 = [
             r
@@ -542,38 +594,85 @@ def phase_tune(run: Run) -> None:
 def phase_main(run: Run, args: argparse.Namespace) -> None:
     skip = args.skip
     if "ceiling" not in skip:
-        for n in (1, 3, 6):
-            rate = decode_grid.isolated(decode_grid.ceiling, n, 2.0)
+        # 1, 3, 6 decoders x (1 thread, no prealloc = the old ceiling; 1 thread, prealloc; default threads,
+        # prealloc), each in a fresh process, 1.5 s each; the ceiling is the best 6-decoder row
+        grid = decode_grid.ceiling_grid(1.5)
+        for g in grid:
             run.rows.append(
                 {
                     "kind": "decode_ceiling",
-                    "config": f"nvImageCodec: {n} hardware decoder(s) on threads, batch 128",
+                    "config": f"nvImageCodec: {decode_grid.ceiling_label(g)}, on threads, batch {g['batch']}"
+                    + (f" (failed: {g['error']})" if g.get("error") else ""),
                     "size": "500x375",
                     "protocol": "-",
-                    "images_per_request": 128,
-                    "concurrency": n,
-                    "images_per_s": rate,
+                    "images_per_request": g["batch"],
+                    "concurrency": g["decoders"],
+                    "images_per_s": g["images_per_s"],
                     "p50_ms": 0,
                     "p90_ms": 0,
                     "p99_ms": 0,
+                    "decoders": g["decoders"],
+                    "threads": g["threads"],
+                    "prealloc": g["prealloc"],
                 }
             )
-            log.info("decode ceiling %d decoders: %.0f img/s", n, rate)
+        best = decode_grid.ceiling_best(grid)
+        if best is not None:
+            run.summary["decode_ceiling_best"] = {**best, "config": decode_grid.ceiling_label(best)}
         run.save()
     if "dali" not in skip:
-        res = run_dali(run.folders["500x375"])
+        # the whole sweep in one process (each configuration a fresh pipeline), every configuration a row
+        res = run_dali(run.folders["500x375"], args.dali_args.split())
         run.summary["dali_500x375"] = res
+        version = res.get("dali_version", "?")
         for r in res.get("all", []):
+            note = f" (failed: {r['error']})" if r.get("error") else f" (not run: {r['skipped']})" if r.get(
+                "skipped") else ""  # fmt: skip
             run.rows.append(
                 {
                     "kind": "dali",
-                    "config": f"DALI {res['dali_version']} batch {r['batch']} threads {r['threads']} "
-                    f"hw_decoder_load {r['hw_decoder_load']}",
+                    "config": f"DALI {version} in process: batch {r['batch']}, {r['threads']} threads, "
+                    f"hw_decoder_load {r['hw_decoder_load']}, prefetch {r.get('prefetch', '?')}{note}",
                     "size": "500x375",
                     "protocol": "-",
                     "images_per_request": r["batch"],
                     "concurrency": 1,
-                    "images_per_s": r["images_per_s"],
+                    "images_per_s": r.get("images_per_s", 0),
+                    "p50_ms": 0,
+                    "p90_ms": 0,
+                    "p99_ms": 0,
+                    "median_run_ms": r.get("median_run_ms", 0),
+                }
+            )
+        measured = [r for r in res.get("all", []) if "images_per_s" in r]
+        failed = [r for r in res.get("all", []) if r.get("error")]
+        if res.get("best"):
+            run.summary["dali_best"] = {**res["best"], "swept": len(measured) + len(failed), "failed": len(failed),
+                                        "dali_version": version}  # fmt: skip
+            log.info("DALI best of %d configurations: %s", len(measured), res["best"])
+        else:
+            run.summary.pop("dali_best", None)
+            log.error("DALI sweep: no configuration measured (%s)", res.get("error", "see the rows"))
+        run.save()
+    if "inprocess" not in skip:
+        # tritonprep's GPU executor in one process, the DALI sweep's protocol: 1, 2 and 4 executors on threads
+        cmd = [sys.executable, "-m", "scripts.bench.inprocess", "--images", str(run.folders["500x375"]), "--out",
+               "{out}"]  # fmt: skip
+        try:
+            new = run_json_lines(cmd, timeout=INPROCESS_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            log.error("in-process executor benchmark overran %d s", INPROCESS_TIMEOUT_S)
+            new = []
+        for r in new:
+            run.rows.append(
+                {
+                    "kind": "executor_inprocess",
+                    "config": r.get("config", "?") + (f" (failed: {r['error']})" if r.get("error") else ""),
+                    "size": "500x375",
+                    "protocol": "-",
+                    "images_per_request": r.get("batch", 0),
+                    "concurrency": r.get("executors", 0),
+                    "images_per_s": r.get("images_per_s", 0),
                     "p50_ms": 0,
                     "p90_ms": 0,
                     "p99_ms": 0,
@@ -717,7 +816,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--plan", choices=sorted(PLANS), default="quick")
     parser.add_argument("--phase", default="main", help="comma list of: tune, main, classify, fused, analyze, soak")
-    parser.add_argument("--skip", default="", help="comma list of: ceiling, dali, cpu, sizes, classifier, torch")
+    parser.add_argument(
+        "--skip", default="", help="comma list of: ceiling, dali, inprocess, cpu, sizes, classifier, torch"
+    )
     parser.add_argument(
         "--config", help="main phase: instances,queue_delay_us,hw_decoders instead of the shipped config"
     )
@@ -725,6 +826,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--soak-seconds", type=int, default=300)
     parser.add_argument("--fused-instances", default="2,3,4", help="fused phase: classify_fused instance counts")
     parser.add_argument("--torch-python", help="a Python with CUDA PyTorch for the network ceiling")
+    parser.add_argument(
+        "--dali-args",
+        default="",
+        help='main phase: more scripts.bench.dali_bench options for the DALI sweep, e.g. "--batch 128 --threads 4" '
+        '(to shorten it) or "--prefetch 1,2"',
+    )
     args = parser.parse_args(argv)
     args.skip = set(filter(None, args.skip.split(",")))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")

@@ -217,3 +217,31 @@ def test_describe_names_the_decoder_in_use(gpu_executor, cp):
     assert "decoder nvImageCodec" in gpu_executor.describe() and "GPU executor on device 0" in gpu_executor.describe()
     with GpuExecutor(PreprocessSpec(gpu_decoder="pillow"), 0) as pillow:
         assert "decoder Pillow (CPU) + upload" in pillow.describe()
+
+
+def test_decoders_on_their_own_streams_give_the_pixels_of_the_callers_stream(cp, nvimgcodec):
+    """hw_decoder_streams=own, 2 hardware decoders (each on its own CUDA stream, joined to the executor's
+    stream by events) gives exactly the pixels of one decoder on the executor's stream, in two calls in a
+    row: the second decodes into the first's released buffers, so a decode that overtook the previous
+    kernel, or a kernel that read before its decode finished, changes a pixel."""
+    from tritonprep.executors.gpu import GpuExecutor
+    from tritonprep_testkit.photos import make_jpegs
+
+    images = make_jpegs(500, 375, 24, seed=11) + make_jpegs(640, 480, 16, seed=12) + make_jpegs(375, 500, 8, seed=13)
+    caller = PreprocessSpec(mean=(0, 0, 0), std=(1, 1, 1), hw_decoders=1, hw_decoder_streams="caller")
+    own = PreprocessSpec(mean=(0, 0, 0), std=(1, 1, 1), hw_decoders=2, hw_decoder_streams="own")
+    with GpuExecutor(caller, 0) as ex:
+        if ex.decoder is None or not ex.decoder.hw:
+            pytest.skip("no nvImageCodec hardware decoder on this GPU")
+        assert "caller's stream" in ex.describe()
+        ref = ex.run(images)
+        expected = ref.output.get()
+    assert not ref.errors and ref.decoded_by == {"gpu_hw": len(images)}, ref.decoded_by
+    with GpuExecutor(own, 0) as ex:
+        assert "gpu_hw x2" in ex.describe() and "own streams" in ex.describe(), ex.describe()
+        for attempt in range(2):
+            res = ex.run(images)
+            assert not res.errors and res.decoded_by == ref.decoded_by, (attempt, res.decoded_by)
+            got = res.output.get()
+            assert got.shape == expected.shape
+            assert float(np.abs(got - expected).max()) == 0.0, attempt

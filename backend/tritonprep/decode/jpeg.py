@@ -16,6 +16,10 @@ from ..errors import DecodeError, LimitExceeded
 _SOF = frozenset((0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF))
 _PROGRESSIVE = frozenset((0xC2, 0xC6, 0xCA, 0xCE))
 _SOS, _EOI, _APP1 = 0xDA, 0xD9, 0xE1
+#: markers without a length field: end of image, restart markers, TEM
+_NO_LENGTH = frozenset((_EOI, 0x01, *range(0xD0, 0xD8)))
+#: the segments the walk reads; every other one is skipped by its length
+_INSPECT = _SOF | {_SOS, _APP1}
 _ORIENTATION_TAG = 0x0112
 
 
@@ -37,6 +41,9 @@ class JpegHeader:
 
 def parse_jpeg(data: bytes, max_scans: int) -> JpegHeader:
     """Walk the markers of ``data`` (which starts with SOI) and validate its structure."""
+    # Runs for every image before any decoding, so the loop is kept lean: bytes are read by
+    # index (no slices), and one set lookup sends the common segments (tables, APPn other than
+    # a first Exif, comments) straight to the next marker.
     n = len(data)
     pos = 2
     frame: tuple[int, int, int, bool] | None = None
@@ -48,53 +55,59 @@ def parse_jpeg(data: bytes, max_scans: int) -> JpegHeader:
             raise DecodeError("truncated JPEG: no end-of-image marker")
         if data[pos] != 0xFF:
             raise DecodeError(f"corrupt JPEG: expected a marker at byte {pos}, found 0x{data[pos]:02x}")
-        while pos < n and data[pos] == 0xFF:
+        pos += 1
+        while pos < n and data[pos] == 0xFF:  # fill bytes before the marker code
             pos += 1
         if pos >= n:
             raise DecodeError("truncated JPEG: no end-of-image marker")
         marker = data[pos]
         pos += 1
-        if marker == _EOI:
-            break
-        if 0xD0 <= marker <= 0xD7 or marker == 0x01:
+        if marker in _NO_LENGTH:
+            if marker == _EOI:
+                break
             continue
         if pos + 2 > n:
             raise DecodeError(f"truncated JPEG: segment 0xFF{marker:02X} at byte {pos - 2} is cut off")
-        length = int.from_bytes(data[pos : pos + 2], "big")
+        length = data[pos] << 8 | data[pos + 1]
         if length < 2 or pos + length > n:
             raise DecodeError(
                 f"truncated or corrupt JPEG: segment 0xFF{marker:02X} at byte {pos - 2} has length {length}"
             )
-        if marker == _APP1 and not seen_exif and data.startswith(b"Exif\x00\x00", pos + 2):
-            seen_exif = True  # decoders read the first Exif APP1 only
-            orientation = exif_orientation(data[pos + 8 : pos + length])
-        if marker in _SOF:
+        if marker not in _INSPECT:
+            pos += length
+            continue
+        if marker == _APP1:
+            if not seen_exif and data.startswith(b"Exif\x00\x00", pos + 2):
+                seen_exif = True  # decoders read the first Exif APP1 only
+                orientation = exif_orientation(data[pos + 8 : pos + length])
+            pos += length
+            continue
+        if marker != _SOS:  # a frame header
             if frame is not None:
                 raise DecodeError(f"corrupt JPEG: a second frame header (0xFF{marker:02X}) at byte {pos - 2}")
             if length < 8:
                 raise DecodeError("corrupt JPEG: frame header too short")
-            height = int.from_bytes(data[pos + 3 : pos + 5], "big")
-            width = int.from_bytes(data[pos + 5 : pos + 7], "big")
+            height = data[pos + 3] << 8 | data[pos + 4]
+            width = data[pos + 5] << 8 | data[pos + 6]
             frame = (width, height, data[pos + 7], marker in _PROGRESSIVE)
+            pos += length
+            continue
         pos += length
-        if marker == _SOS:
-            if frame is None:
-                raise DecodeError("corrupt JPEG: scan before any frame header")
-            # Past the first scan header, search instead of walking the entropy-coded data:
-            # there a 0xFF byte is always followed by 0x00 (stuffing), a restart marker or a
-            # real marker, so every 0xFFDA is a scan header and 0xFFD9 only appears as the end
-            # of the image. Scans are counted for progressive files only (each scan makes the
-            # decoder revisit every coefficient: the known CPU-exhaustion vector); a sequential
-            # file's extra scans cost nothing extra. (A Huffman table between progressive scans
-            # could hold the byte pair 0xFFDA; that only over-counts, conservatively.)
-            scans = 1 + data.count(b"\xff\xda", pos) if frame[3] else 1
-            if scans > max_scans:
-                raise LimitExceeded(
-                    f"progressive JPEG has {scans} scans, over the limit max_progressive_scans={max_scans}"
-                )
-            if data.rfind(b"\xff\xd9", pos) < 0:
-                raise DecodeError("truncated JPEG: the data ends before the end-of-image marker")
-            break
+        if frame is None:
+            raise DecodeError("corrupt JPEG: scan before any frame header")
+        # Past the first scan header, search instead of walking the entropy-coded data:
+        # there a 0xFF byte is always followed by 0x00 (stuffing), a restart marker or a
+        # real marker, so every 0xFFDA is a scan header and 0xFFD9 only appears as the end
+        # of the image. Scans are counted for progressive files only (each scan makes the
+        # decoder revisit every coefficient: the known CPU-exhaustion vector); a sequential
+        # file's extra scans cost nothing extra. (A Huffman table between progressive scans
+        # could hold the byte pair 0xFFDA; that only over-counts, conservatively.)
+        scans = 1 + data.count(b"\xff\xda", pos) if frame[3] else 1
+        if scans > max_scans:
+            raise LimitExceeded(f"progressive JPEG has {scans} scans, over the limit max_progressive_scans={max_scans}")
+        if data.rfind(b"\xff\xd9", pos) < 0:
+            raise DecodeError("truncated JPEG: the data ends before the end-of-image marker")
+        break
     if frame is None or scans == 0:
         raise DecodeError("corrupt JPEG: no frame or no scan before the end-of-image marker")
     width, height, components, progressive = frame

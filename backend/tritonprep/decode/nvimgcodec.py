@@ -17,9 +17,25 @@ To use both decoders at once (the hardware engines saturate first), ``hw_share``
 sends each JPEG to the hardware or the CUDA decoder by a hash of its bytes, so the choice
 (and the pixels) still depend on the image alone, and runs the two batches concurrently.
 
-Ordering: every call is issued on the caller's CUDA stream, on which nvImageCodec makes the
-results visible; the caller enqueues its kernels on the same stream and synchronizes it
-before letting the images go, so no buffer is freed or reused while still being read.
+Ordering: each decoder object (every hardware decoder, the CUDA/hybrid stage) decodes on a
+CUDA stream of its own, so that several decoder objects can decode at once. On one shared
+stream, each call is ordered after whatever the other decoder objects' calls had already
+enqueued on it (nvImageCodec joins a call to the stream it is given, at its start and its end);
+measured on an H100, 2-3 hardware decoders on the caller's stream were slower than one, while
+raw decoders with a stream each scaled. Each stage's stream is joined to the caller's with CUDA
+events, both ways:
+
+* before a stage decodes, its stream waits for an event recorded on the caller's stream when
+  the call began, so the decode (and nvImageCodec's reallocation of a reused output buffer)
+  comes after everything the caller enqueued before, e.g. a kernel still reading that buffer;
+* after it decodes (or fails), the caller's stream waits for an event recorded on the stage's
+  stream, so the caller's kernel, enqueued on its own stream, sees the pixels, and
+  synchronizing the caller's stream also waits for every decode.
+
+The caller enqueues its kernels on its stream and synchronizes it before letting the images
+go, so no buffer is freed or reused while still being read. ``streams="caller"`` decodes every
+stage on the caller's stream instead (no events; nvImageCodec orders its results on it), as
+before; it is kept to compare the two.
 """
 
 from __future__ import annotations
@@ -60,15 +76,28 @@ def import_nvimgcodec() -> Any:
     return nvimgcodec
 
 
-#: nvImageCodec decoders and the CUDA streams they decoded on are never destroyed before the
-#: process ends: destroying a decoder after its executor (and stream) went away crashed test
-#: processes on an H100. Each GpuDecoder still gets decoders of its own (concurrent decode
-#: calls on one decoder from two threads hung), so this only keeps them alive.
+#: nvImageCodec decoders and the CUDA streams they decoded on (the caller's, each stage's own
+#: stream and its event) are never destroyed before the process ends: destroying a decoder
+#: after its executor (and stream) went away crashed test processes on an H100. Each GpuDecoder
+#: still gets decoders of its own (concurrent decode calls on one decoder from two threads
+#: hung), so this only keeps them alive.
 _KEEP_ALIVE: list[Any] = []
 _KEEP_LOCK = threading.Lock()
 #: output images kept for reuse per decoder stage, and the largest buffer worth keeping
 _POOL_MAX_IMAGES = 256
 _POOL_MAX_BYTES = 16 << 20
+#: where the decoder objects decode: each on a CUDA stream of its own, or all on the caller's
+STREAM_MODES = ("own", "caller")
+
+
+def _import_cupy() -> Any:
+    try:
+        import cupy
+    except ImportError as e:
+        raise RuntimeUnavailable(
+            f"CuPy is not installed ({e}); pip install 'tritonprep[gpu-cu13]' (or gpu-cu12)"
+        ) from None
+    return cupy
 
 
 def _make_decoder(nv: Any, device_id: int, kinds: tuple[Any, ...], options: str, cpu_threads: int) -> Any:
@@ -87,10 +116,15 @@ class _Stage:
     :meth:`release`, whose pixels the executor's kernel may still read. A call takes from ``free``
     only, so two calls before a release (the bisection of a failing batch, the CUDA stage running
     beside the hardware and again for its leftovers) never decode into the same buffers.
+
+    ``stream`` is the CuPy stream the stage decodes on (None: the caller's) and ``done`` the event
+    recorded on it after each decode. A stage's images are always decoded on the same stream, so
+    nvImageCodec never has to synchronize a reused buffer's old stream with a new one.
     """
 
-    def __init__(self, path: str, decoder: Any) -> None:
+    def __init__(self, path: str, decoder: Any, stream: Any = None, done: Any = None) -> None:
         self.path, self.decoder = path, decoder
+        self.stream, self.done = stream, done
         self.free: list[Any] = []
         self.lent: list[Any] = []
 
@@ -115,8 +149,11 @@ class GpuDecoder:
     * the hardware decoders preallocate nvJPEG's buffers for ``prealloc`` = (width, height, batch)
       instead of growing them under load.
 
-    All chunks and stages decode onto the caller's CUDA stream (nvImageCodec orders its results on
-    it), so the executor's kernel, launched on the same stream, sees every image.
+    With ``streams="own"`` (the default) every decoder object decodes on a non-blocking CUDA stream
+    of its own, joined to the caller's ``stream`` by events before and after (see the module's
+    "Ordering"), so the chunks of a call really decode at once and the executor's kernel, launched on
+    the caller's stream, sees every image. ``streams="caller"`` decodes all chunks and stages on the
+    caller's stream (nvImageCodec orders its results on it), one after the other on the GPU.
     """
 
     def __init__(
@@ -132,13 +169,20 @@ class GpuDecoder:
         hw_share: float = 1.0,
         prealloc: tuple[int, int, int] = (1024, 768, 64),
         min_chunk: int = 8,
+        streams: str = "own",
     ) -> None:
+        if streams not in STREAM_MODES:
+            raise ValueError(f"streams must be one of {', '.join(STREAM_MODES)}; got {streams!r}")
         nv = import_nvimgcodec()
         self.nv = nv
         self.stream = stream
+        self.device_id = device_id
+        self.streams = streams
         self.min_chunk = max(1, min_chunk)
         with _KEEP_LOCK:
             _KEEP_ALIVE.append(stream)
+        #: recorded on the caller's stream when a call begins; every stage's stream waits for it
+        self._ready = self._new_event() if streams == "own" else None
         common = ":fancy_upsampling=1" if fancy_upsampling else ":fancy_upsampling=0"
         width, height, batch = prealloc
         hw_options = (
@@ -148,25 +192,25 @@ class GpuDecoder:
         self.hw: list[_Stage] = []
         for _ in range(hw_decoders if hw_decoder else 0):
             try:
-                self.hw.append(
-                    _Stage(
-                        "gpu_hw", _make_decoder(nv, device_id, (nv.BackendKind.HW_GPU_ONLY,), hw_options, hw_threads)
-                    )
-                )
+                dec = _make_decoder(nv, device_id, (nv.BackendKind.HW_GPU_ONLY,), hw_options, hw_threads)
             except RuntimeError as e:  # e.g. no hardware decoder on this GPU
                 log.info("nvImageCodec hardware decoder unavailable on GPU %d: %s", device_id, e)
                 break
+            self.hw.append(_Stage("gpu_hw", dec, *self._new_stream()))
         self.cuda: _Stage | None = None
         try:
             kinds = (nv.BackendKind.GPU_ONLY, nv.BackendKind.HYBRID_CPU_GPU)
-            self.cuda = _Stage("gpu_cuda", _make_decoder(nv, device_id, kinds, common, cuda_threads))
+            dec = _make_decoder(nv, device_id, kinds, common, cuda_threads)
         except RuntimeError as e:
             log.info("nvImageCodec CUDA decoder unavailable on GPU %d: %s", device_id, e)
+        else:
+            self.cuda = _Stage("gpu_cuda", dec, *self._new_stream())
         if not self.hw and self.cuda is None:
             raise RuntimeUnavailable(f"nvImageCodec could not create any GPU decoder on GPU {device_id}")
         self.params = nv.DecodeParams(apply_exif_orientation=True, color_spec=nv.ColorSpec.SRGB, allow_any_depth=False)
         parts = ([f"gpu_hw x{len(self.hw)}"] if self.hw else []) + (["gpu_cuda"] if self.cuda else [])
         self.description = "nvImageCodec " + " -> ".join(parts)
+        self.description += " (own streams)" if streams == "own" else " (caller's stream)"
         split = 0.0 < hw_share < 1.0 and self.hw and self.cuda is not None
         self._hw_cut = int(hw_share * 1000) if split else None
         if split:
@@ -175,6 +219,27 @@ class GpuDecoder:
         self._pool = (
             ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tritonprep-nvjpeg") if workers else None
         )
+
+    def _new_event(self) -> Any:
+        """A CUDA event for ordering only (no timing) on this decoder's GPU, kept alive like the decoders."""
+        cp = _import_cupy()
+        with cp.cuda.Device(self.device_id):
+            event = cp.cuda.Event(disable_timing=True)
+        with _KEEP_LOCK:
+            _KEEP_ALIVE.append(event)
+        return event
+
+    def _new_stream(self) -> tuple[Any, Any]:
+        """``(stream, done event)`` for a new stage: its own non-blocking stream, or ``(None, None)``
+        when every stage decodes on the caller's stream. Created once, kept alive like the decoders."""
+        if self.streams != "own":
+            return None, None
+        cp = _import_cupy()
+        with cp.cuda.Device(self.device_id):
+            stream = cp.cuda.Stream(non_blocking=True)
+        with _KEEP_LOCK:
+            _KEEP_ALIVE.append(stream)
+        return stream, self._new_event()
 
     def close(self) -> None:
         """Stop the helper threads; the decoders themselves stay alive until the process ends."""
@@ -193,7 +258,9 @@ class GpuDecoder:
         """Let the next calls reuse the output images decoded so far.
 
         Call it when nothing reads them any more: after the stream that read them was synchronized,
-        or before new work on that same stream (the new decodes are ordered after the old reads).
+        or before new work on the caller's stream, where the old reads were enqueued (the new decodes
+        are ordered after the old reads: on the caller's stream itself, or on a stage's own stream
+        that first waits for the caller's stream as it stands when :meth:`decode` begins).
         """
         for stage in self._stages():
             stage.release()
@@ -218,18 +285,32 @@ class GpuDecoder:
         Output images released earlier (:meth:`release`) are handed back to nvImageCodec for reuse
         (their device buffers are resized only when too small), so steady traffic stops allocating
         and freeing device memory per image; the images of this call stay lent until the next release.
+
+        A stage with a stream of its own first waits for ``self._ready`` (recorded on the caller's
+        stream by :meth:`decode`), and afterwards, even when the decode raised, the caller's stream
+        waits for the stage's ``done`` event: nothing the stage enqueued is left outside the caller's
+        stream's order (a later synchronize of it covers the decode, whatever happened).
         """
         if not todo:
             return []
-        streams = [self.nv.CodeStream(data[i]) for i in todo]
-        if len(stage.free) >= len(todo):
-            reuse = stage.free[: len(todo)]
-            del stage.free[: len(todo)]
-            stage.lent.extend(reuse)
-            images = stage.decoder.decode(streams, images=reuse, params=self.params, cuda_stream=self.stream.ptr)
-        else:
-            images = stage.decoder.decode(streams, params=self.params, cuda_stream=self.stream.ptr)
-            stage.lent.extend(img for img in images if img is not None)
+        codes = [self.nv.CodeStream(data[i]) for i in todo]
+        own = stage.stream
+        if own is not None:
+            own.wait_event(self._ready)
+        cuda_stream = self.stream.ptr if own is None else own.ptr
+        try:
+            if len(stage.free) >= len(todo):
+                reuse = stage.free[: len(todo)]
+                del stage.free[: len(todo)]
+                stage.lent.extend(reuse)  # lent before decoding: a failed decode may still write into them
+                images = stage.decoder.decode(codes, images=reuse, params=self.params, cuda_stream=cuda_stream)
+            else:
+                images = stage.decoder.decode(codes, params=self.params, cuda_stream=cuda_stream)
+                stage.lent.extend(img for img in images if img is not None)
+        finally:
+            if own is not None:
+                stage.done.record(own)
+                self.stream.wait_event(stage.done)
         left = []
         for i, img in zip(todo, images):
             results[i] = self._wrap(img, stage.path)
@@ -257,8 +338,14 @@ class GpuDecoder:
         return sorted(left)
 
     def decode(self, data: Sequence[bytes]) -> list[DecodedImage | None]:
-        """Decode ``data`` on the decoder's stream; ``None`` where no GPU stage produced 8-bit RGB."""
+        """Decode ``data``; ``None`` where no GPU stage produced 8-bit RGB.
+
+        The images are ready for work enqueued on the caller's stream after this returns (with
+        ``streams="own"`` the caller's stream has been made to wait for every stage that ran).
+        """
         results: list[DecodedImage | None] = [None] * len(data)
+        if self._ready is not None:  # before any stage starts: they all wait for what precedes this call
+            self._ready.record(self.stream)
         todo = list(range(len(data)))
         side = None
         if self._hw_cut is not None and self._pool is not None and len(todo) > 1:

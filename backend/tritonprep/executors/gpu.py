@@ -6,7 +6,8 @@ cannot take (other formats, CMYK, images it rejects) is decoded by Pillow on a t
 pool and uploaded in one copy; then, for each image output of the config, one kernel launch
 resizes, crops or letterboxes, normalizes and lays out the images that output is wanted for
 into its batch, which stays on the GPU and leaves the model through DLPack. Each image is
-decoded once, however many outputs read it. All GPU work runs on this instance's own CUDA stream,
+decoded once, however many outputs read it. All GPU work is ordered on this instance's own CUDA stream
+(the decoder objects decode on streams of their own, joined to it by events: hw_decoder_streams),
 synchronized once at the end, because Triton reads the outputs right after ``execute``.
 """
 
@@ -100,6 +101,7 @@ class GpuExecutor:
                     fancy_upsampling=spec.fancy_upsampling,
                     hw_decoders=spec.hw_decoders,
                     hw_threads=spec.hw_decoder_threads,
+                    streams=spec.hw_decoder_streams,
                     cuda_threads=spec.cuda_decoder_threads,
                     hw_share=spec.hw_decoder_share,
                     prealloc=(spec.hw_prealloc_width, spec.hw_prealloc_height, spec.hw_prealloc_batch),
