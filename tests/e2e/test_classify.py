@@ -95,7 +95,10 @@ def test_corrupt_image_fails_only_its_own_request_in_a_dynamic_batch(server, jpe
     inferences = int(after["inference_count"]) - int(before["inference_count"])
     executions = int(after["execution_count"]) - int(before["execution_count"])
     assert inferences == 24
-    assert executions < 24, "requests were never batched together"
+    if "GPU executor on device" not in server.log_path.read_text():
+        # one CPU instance with a queue delay: they must have shared batches (on a GPU, four instances
+        # without queue delay may take each request alone; tests/e2e/test_isolation.py forces a shared batch)
+        assert executions < 24, "requests were never batched together"
     assert server.is_ready()
 
 

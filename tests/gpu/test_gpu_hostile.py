@@ -75,4 +75,4 @@ def test_corpus_on_the_gpu_matches_the_cpu_executor(gpu_server):
         == len(items) - decoded
     )
     log = gpu_server.log_path.read_text()
-    assert re.search(r"preprocess instance preprocess_0_0 \(GPU, device 0\): gpu executor, decoder ", log)
+    assert re.search(r"preprocess instance preprocess_0_0 \(GPU, device 0\): GPU executor on device 0: decoder ", log)
