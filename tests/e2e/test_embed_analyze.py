@@ -165,5 +165,6 @@ def test_a_bad_image_fails_only_its_request_on_every_output(server, jpegs, photo
         if model != "classify":
             ref_embedding = result.embedding if ref_embedding is None else ref_embedding
             np.testing.assert_allclose(result.embedding, ref_embedding, atol=2e-4)  # GPU: batch-size dependent rounding
-    assert int(after["execution_count"]) - int(before["execution_count"]) < len(work), "never batched together"
+    if "GPU executor on device" not in server.log_path.read_text():  # one CPU instance: they shared batches
+        assert int(after["execution_count"]) - int(before["execution_count"]) < len(work), "never batched together"
     assert server.is_ready()
