@@ -10,9 +10,10 @@ rewritten from all rows after each):
   (a) ``prep_sink`` = preprocess -> a sink standing in for the network, through Triton with
   perf_analyzer at 1, 8, 32 and 64 images/request; (b) ``null_sink``, the same ensemble shape with a
   preprocess that does no work (the Python backend's own ceiling), at the same points; (c) DALI's
-  decode + resize + crop + normalize pipeline in its best configuration (batch 128, 4 threads,
-  hw_decoder_load 0.9) and its default split; (d) the decode ceiling: 1, 3 and 6 nvImageCodec hardware
-  decoders on threads; GPU memory is sampled throughout;
+  decode + resize + crop + normalize pipeline swept in process (batch x threads x hw_decoder_load, the
+  best reported) and tritonprep's executor in process beside it; (d) the decode ceiling: 1, 3 and 6
+  nvImageCodec hardware decoders on threads, with and without preallocation (the best 6-decoder row is
+  the ceiling); GPU memory is sampled throughout;
 * ``classify``: the whole job, JPEG in, predictions out, through Triton at 1, 8 and 32 images/request,
   the ``classify`` ensemble and the one-process ``classify_fused`` side by side on one server,
   the classifier alone in one process, the network ceiling in PyTorch (``--torch-python``), and the
