@@ -62,7 +62,10 @@ def test_serve_prints_endpoints_binds_localhost_and_stops_on_sigterm():
         lines = wait_for(proc, "models ready:", 180)
         text = "\n".join(lines)
         assert f"HTTP http://127.0.0.1:{http}" in text and f"gRPC 127.0.0.1:{grpc}" in text
-        assert "models ready: analyze, classifier, classify, embed, embedder, postprocess, preprocess" in text
+        assert (
+            "models ready: analyze, classifier, classify, classify_fused, embed, embedder, postprocess, preprocess"
+            in text
+        )
         for port in (http, grpc, metrics):
             assert listening_addresses(port) == {"127.0.0.1"}, port
         proc.send_signal(signal.SIGTERM)
