@@ -90,7 +90,8 @@ _POOL_MAX_BYTES = 16 << 20
 STREAM_MODES = ("own", "caller")
 
 
-def _import_cupy() -> Any:
+def import_cupy() -> Any:
+    """Import CuPy or raise :class:`RuntimeUnavailable` with the install hint."""
     try:
         import cupy
     except ImportError as e:
@@ -222,7 +223,7 @@ class GpuDecoder:
 
     def _new_event(self) -> Any:
         """A CUDA event for ordering only (no timing) on this decoder's GPU, kept alive like the decoders."""
-        cp = _import_cupy()
+        cp = import_cupy()
         with cp.cuda.Device(self.device_id):
             event = cp.cuda.Event(disable_timing=True)
         with _KEEP_LOCK:
@@ -234,7 +235,7 @@ class GpuDecoder:
         when every stage decodes on the caller's stream. Created once, kept alive like the decoders."""
         if self.streams != "own":
             return None, None
-        cp = _import_cupy()
+        cp = import_cupy()
         with cp.cuda.Device(self.device_id):
             stream = cp.cuda.Stream(non_blocking=True)
         with _KEEP_LOCK:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..decode import ImageHeader, validate
-from ..decode.nvimgcodec import DecodedImage, GpuDecoder
+from ..decode.nvimgcodec import DecodedImage, GpuDecoder, import_cupy
 from ..decode.pillow import decode_rgb
 from ..errors import STICKY_CUDA_ERRORS, ImageError, InstanceFailed, RuntimeUnavailable
 from ..geometry import check_resizable, plan_resize
@@ -34,16 +34,6 @@ log = logging.getLogger(__name__)
 
 #: the largest pinned staging buffer kept between calls (bigger uploads get a temporary one)
 STAGING_KEEP_BYTES = 64 << 20
-
-
-def _import_cupy() -> Any:
-    try:
-        import cupy
-    except ImportError as e:
-        raise RuntimeUnavailable(
-            f"CuPy is not installed ({e}); pip install 'tritonprep[gpu-cu13]' (or gpu-cu12)"
-        ) from None
-    return cupy
 
 
 def resize_into(spec: PreprocessSpec, sources: Mapping[int, tuple[int, int, int, int]], out: Any, stream: Any) -> None:
@@ -77,7 +67,7 @@ class GpuExecutor:
     name = "gpu"
 
     def __init__(self, spec: PreprocessSpec | PreprocessConfig, device_id: int = 0) -> None:
-        cp = _import_cupy()
+        cp = import_cupy()
         self.cp = cp
         self.config = as_config(spec)
         #: the settings all outputs share: decoding, threads, limits

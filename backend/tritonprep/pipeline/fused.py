@@ -148,7 +148,3 @@ class FusedClassifyModel(PreprocessModel):
         scores, ids = outputs
         names = [[self.labels[c] for c in row] for row in ids]
         return [output_tensor("SCORES", scores), output_tensor("CLASS_IDS", ids), bytes_tensor("LABELS", names)]
-
-    def close(self) -> None:
-        """Release the executor; the network's sessions go with the process."""
-        super().close()
