@@ -15,14 +15,15 @@ PACKAGE = ROOT / "backend" / "tritonprep"
 #: what each part of the library may import (besides itself): the architecture, as a table
 ALLOWED = {
     "errors": set(),
+    "reports": set(),  # the files instances leave for the launcher (tritonprep.reports)
     "spec": {"errors"},
     "geometry": {"errors", "spec"},
     "decode": {"errors", "spec"},
     "kernels": set(),  # plain values only: no specs, decoders or Triton
     "executors": {"errors", "spec", "geometry", "decode", "kernels"},
     "classifier": {"errors"},
-    "triton": {"errors", "spec", "geometry", "executors"},
-    "launcher": {"errors"},
+    "triton": {"errors", "reports", "spec", "geometry", "executors"},
+    "launcher": {"errors", "reports"},
     # the one wiring of the request/response layer to the networks (classify_fused)
     "pipeline": {"errors", "spec", "executors", "classifier", "triton"},
 }

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tritonprep.launcher.proctable import start_time
 from tritonprep.launcher.reaper import (
     Owner,
     kill_server,
@@ -20,7 +21,6 @@ from tritonprep.launcher.reaper import (
     pid_namespace,
     prefix_of,
     remove_regions,
-    start_time,
     sweep,
     work_dir_owner,
     work_dir_prefix,

@@ -26,7 +26,8 @@ Each start also has a work folder (the copy of the Python backend tritonserver l
 the launcher process, ``$TMPDIR/tritonprep-server-<pid namespace>-<pid>-<start time>-*`` (not in the
 region prefix's form: the stubs' paths lie inside it, and their owner is the watchdog, not the launcher).
 The watchdog removes it once its server is gone; :func:`sweep` removes those whose launcher is dead
-and that no live process names on its command line (a watchdog killed with its launcher).
+and that no live process names on its command line (a watchdog killed with its launcher), after ending
+the private MPS daemon whose pipe folder lies inside (:func:`.mps.shut_down`: its environment names it).
 """
 
 from __future__ import annotations
@@ -42,14 +43,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ServerError
+from . import mps
+from .proctable import SERVER_BINARY, Proc, is_stub, processes, start_time
 
 log = logging.getLogger(__name__)
 
 SHM_DIR = Path("/dev/shm")
 #: the start of every work folder's name, in the temporary directory
 WORK_DIR_PREFIX = "tritonprep-server-"
-SERVER_BINARY = "tritonserver"
-STUB_BINARY = "triton_python_backend_stub"
 _PREFIX = re.compile(r"tritonprep_(\d+)_(\d+)_(\d+)_")
 _WORK_DIR = re.compile(r"^tritonprep-server-(\d+)-(\d+)-(\d+)-")
 
@@ -57,23 +58,6 @@ _WORK_DIR = re.compile(r"^tritonprep-server-(\d+)-(\d+)-(\d+)-")
 def pid_namespace() -> int:
     """The inode of this process's pid namespace (pids mean something only inside one)."""
     return os.stat("/proc/self/ns/pid").st_ino
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    """Fields 3.. of ``/proc/PID/stat`` (state first), or None if the process is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text[text.rindex(")") + 2 :].split()
-
-
-def start_time(pid: int) -> int | None:
-    """When ``pid`` started (clock ticks after boot), or None if it is gone or a zombie."""
-    fields = _stat_fields(pid)
-    if fields is None or fields[0] in ("Z", "X"):
-        return None
-    return int(fields[19])
 
 
 @dataclass(frozen=True)
@@ -128,54 +112,12 @@ def owner_of(text: str) -> Owner | None:
     return None if m is None else Owner(int(m[1]), int(m[2]), int(m[3]))
 
 
-@dataclass(frozen=True)
-class Proc:
-    """A process as ``/proc`` shows it."""
-
-    pid: int
-    ppid: int
-    state: str
-    argv: tuple[str, ...]
-
-    @property
-    def name(self) -> str:
-        """The base name of the program (argv[0])."""
-        return os.path.basename(self.argv[0]) if self.argv else ""
-
-    def carries(self, prefix: str) -> bool:
-        """True if an argument contains ``prefix``."""
-        return any(prefix in a for a in self.argv)
-
-
-def processes() -> list[Proc]:
-    """Every process visible in ``/proc`` (kernel threads and vanished processes left out)."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        fields = _stat_fields(int(entry.name))
-        try:
-            raw = Path(entry.path, "cmdline").read_bytes()
-        except OSError:
-            continue
-        if fields is None or not raw:
-            continue
-        argv = tuple(a.decode(errors="replace") for a in raw.rstrip(b"\0").split(b"\0"))
-        found.append(Proc(int(entry.name), int(fields[1]), fields[0], argv))
-    return found
-
-
-def _is_stub(p: Proc) -> bool:
-    # bash -c " exec <stub> ...": how Triton starts a stub, for the moment before the exec
-    return p.name == STUB_BINARY or (p.name == "bash" and len(p.argv) > 2 and STUB_BINARY in p.argv[2])
-
-
 def server_processes(prefix: str, procs: list[Proc] | None = None) -> list[Proc]:
     """The live tritonserver and stub processes of the server with region prefix ``prefix``."""
     return [
         p
         for p in (processes() if procs is None else procs)
-        if p.state not in ("Z", "X") and (p.name == SERVER_BINARY or _is_stub(p)) and p.carries(prefix)
+        if p.alive and (p.name == SERVER_BINARY or is_stub(p)) and p.carries(prefix)
     ]
 
 
@@ -244,7 +186,7 @@ def _orphaned_stubs(procs: list[Proc]) -> list[Proc]:
     namespace = pid_namespace()
     orphans = []
     for p in procs:
-        if p.state in ("Z", "X") or not _is_stub(p):
+        if not p.alive or not is_stub(p):
             continue
         owner = next((o for o in map(owner_of, p.argv) if o is not None), None)
         if owner is None or owner.namespace != namespace or owner.alive():
@@ -278,7 +220,7 @@ def _in_use(names: dict[str, Owner], shm_dir: Path) -> set[str]:
     paths = {str(shm_dir / n): n for n in names}
     used: set[str] = set()
     for p in processes():
-        if p.state in ("Z", "X"):
+        if not p.alive:
             continue
         used |= {n for n, o in names.items() if p.carries(o.prefix)}
         try:
@@ -299,10 +241,13 @@ def _sweep_work_dirs(tmp: Path | None) -> list[str]:
             stale.append(path)
     if not stale:
         return []
-    live = [p for p in processes() if p.state not in ("Z", "X")]
+    live = [p for p in processes() if p.alive]
     removed = []
     for path in stale:
-        if not any(p.carries(str(path)) for p in live):  # a server that is still stopping keeps its folder
+        if not any(p.carries(str(path)) for p in live):  # a server (or watchdog) still stopping keeps its folder
+            ended = mps.shut_down(path)
+            if ended:
+                log.warning("ended the MPS daemon of a dead server (%s): pids %s", path.name, ended)
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path.name)
     return removed
