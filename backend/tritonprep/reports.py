@@ -33,8 +33,8 @@ log = logging.getLogger(__name__)
 ENV = "TRITONPREP_REPORT_DIR"
 INSTANCES = "instances"
 FAULTS = "faults"
-#: how the executors word a sticky CUDA error (tritonprep.executors.gpu, tritonprep.classifier.ort_cuda)
-_STICKY = re.compile(r"CUDA error on GPU (\d+):")
+#: how the executors word a sticky CUDA error: "CUDA error [<name>] on GPU <n>..." (the GPU executor, the runtimes)
+_STICKY = re.compile(r"\bCUDA error\b[^:;]*? on GPU (\d+)\b")
 #: the instance this process serves, once :func:`write_instance` ran (a stub serves one instance)
 _identity: dict[str, Any] = {}
 
@@ -110,7 +110,7 @@ def write_instance(
 
 
 def describe_fault(reason: str) -> tuple[bool, int | None]:
-    """(sticky CUDA error, device) as the executors word it: ``CUDA error on GPU <n>: ...``."""
+    """(sticky CUDA error, device) as the executors word it: ``CUDA error [<name>] on GPU <n> ...``."""
     m = _STICKY.search(reason)
     return (m is not None, None if m is None else int(m[1]))
 

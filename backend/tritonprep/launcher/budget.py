@@ -162,8 +162,10 @@ class Plan:
             text = f"{c.model} {c.count}x{c.gpu_memory_mb} MiB"
             if c.buckets:
                 text += f" (buckets up to {c.buckets[-1]})"
-            if c.changed:
-                text += f" [config: {c.asked_count}" + (f", up to {c.asked_buckets[-1]}]" if c.asked_buckets else "]")
+            if c.count != c.asked_count:
+                text += f" [config: {c.asked_count}]"
+            if c.buckets != c.asked_buckets and c.asked_buckets:
+                text += f" [config: up to {c.asked_buckets[-1]}]"
             parts.append(text)
         return (
             f"GPU memory budget {self.budget_mb} MiB per GPU: {self.used_mb} MiB planned "
