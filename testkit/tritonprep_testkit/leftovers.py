@@ -63,8 +63,15 @@ class Leftovers:
             shutil.rmtree(folder, ignore_errors=True)
 
 
+def label(p: proctable.Proc) -> str:
+    """A process's name: its module for ``python -m <module>`` (the watchdog, the log filter), else its program."""
+    if len(p.argv) > 2 and p.argv[1] == "-m":
+        return p.argv[2]
+    return p.name
+
+
 def _describe(procs: list[proctable.Proc]) -> tuple[list[str], list[int]]:
-    return [f"{p.pid} {p.name}" for p in procs], [p.pid for p in procs]
+    return [f"{p.pid} {label(p)}" for p in procs], [p.pid for p in procs]
 
 
 def of_server(prefix: str, work_dir: Path | None = None) -> Leftovers:

@@ -10,6 +10,7 @@
   shared memory and MPS daemon, and removes them however the server ends
 * :mod:`.protocol` - the line protocol between the launcher and its watchdog
 * :mod:`.mps` - the private CUDA MPS daemon of each start
+* :mod:`.logs` - how the launcher's own processes log (the level shown on warnings and errors)
 * :mod:`.logfilter` - tritonserver's log without Triton's failed CUDA probes, on a machine without a GPU
 * :mod:`.proctable` - the one reader of the process table (/proc)
 * :mod:`.reaper` - each server's shared-memory prefix, and the sweep of what dead servers left

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import ServerError
+from . import logs
 from .options import ADMIN_HEADER, ADMIN_KEY_ENV, DEFAULT_REPOSITORY, MPS_MODES, RESTRICTED_APIS, ServerOptions
 from .process import EmbeddedServer
 from .summary import summary
@@ -248,9 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM):  # first: a stop at any moment is a clean one
         signal.signal(sig, on_signal)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s tritonprep: %(message)s", datefmt="%H:%M:%S", force=True
-    )
+    logs.setup("tritonprep")
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         return serve(args, stopping)

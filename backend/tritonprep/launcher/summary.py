@@ -83,7 +83,7 @@ def _table(rows: list[tuple[str, ...]]) -> list[str]:
 def summary(server: EmbeddedServer) -> str:
     """The summary block of ``server``, which is ready (several lines)."""
     ready = f" in {server.ready_s:.1f} s" if server.ready_s is not None else ""
-    lines = [f"tritonprep server ready{ready}"]
+    lines = [f"server ready{ready}:"]
     gpus = gpu_info(visible_gpus(server.options.gpus))
     for g in gpus:
         lines.append(f"  GPU {g.index}: {g.name}, {g.total_mb} MiB ({g.used_mb} MiB in use)")

@@ -54,7 +54,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import ServerError
-from . import mps, proctable, reaper
+from . import logs, mps, proctable, reaper
 from .protocol import Cleaned, Error, Exited, LineBuffer, Mps, Report, Started, Stop, parse_command
 
 log = logging.getLogger("tritonprep.watchdog")
@@ -395,9 +395,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no tritonserver command after --")
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s tritonprep watchdog %(process)d: %(message)s", datefmt="%H:%M:%S"
-    )
+    logs.setup(f"tritonprep watchdog {os.getpid()}")
     try:
         watchdog = Watchdog(
             command,
