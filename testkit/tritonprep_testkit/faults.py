@@ -143,7 +143,7 @@ def drain(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     """SIGTERM to `tritonprep serve` while slow requests are in flight."""
     photo = images()["good"][0]
     log_file = workdir / "serve.log"
-    serve = serve_command(log_file, "--exit-timeout", str(args.exit_timeout))
+    serve = serve_command(log_file, "--exit-timeout", str(args.exit_timeout), "--mps", args.mps)
     grpc, metrics = serve.grpc, serve.metrics
     proc = subprocess.Popen(
         serve.argv,
@@ -187,6 +187,7 @@ def drain(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             t.join(args.timeout + 5)
         code = proc.wait(timeout=args.exit_timeout + 30)
         exited_after = time.monotonic() - t_term
+        output = proc.stderr.read() if proc.stderr else ""
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -199,6 +200,7 @@ def drain(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         "request_after_sigterm": late.category,
         "request_after_sigterm_message": late.message,
         "launcher_exit_code": code,
+        "clean_stop": "nothing left to kill" in output and "tritonserver stopped (exit code 0)" in output,
         "launcher_exited_after_s": round(exited_after, 2),
         "exit_timeout_s": args.exit_timeout,
     }
