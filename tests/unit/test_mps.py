@@ -302,3 +302,31 @@ def test_the_sweep_ends_the_daemon_of_a_dead_launchers_work_folder(fake, monkeyp
     finally:
         mps.shut_down(base)
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_the_leftovers_check_counts_mps_daemons_of_tritonprep_work_folders(fake):
+    """scripts/leftovers.py (and of_host) list an MPS daemon and server whose pipe folder lies in a tritonprep
+    work folder: here a live one, named after this process."""
+    from tritonprep.launcher.reaper import work_dir_prefix
+    from tritonprep_testkit.leftovers import mps_of_host
+
+    folder = Path(tempfile.mkdtemp(prefix=work_dir_prefix(os.getpid())))
+    daemon = mps.MpsDaemon(folder, os.environ)
+    try:
+        daemon.start()
+        assert {p.name for p in mps_of_host()} >= {mps.CONTROL, mps.SERVER}
+        root = Path(__file__).resolve().parents[2]
+        r = subprocess.run(
+            [sys.executable, "-m", "scripts.leftovers", "check", "--wait", "0"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert r.returncode == 1, r.stdout + r.stderr
+        line = next(x for x in r.stdout.splitlines() if x.startswith("tritonprep MPS daemons and servers:"))
+        assert f"{daemon.pid} {mps.CONTROL}" in line and mps.SERVER in line, r.stdout
+    finally:
+        daemon.quit()
+        shutil.rmtree(folder, ignore_errors=True)
+    assert mps.mps_processes(folder) == []
