@@ -28,6 +28,9 @@ from .supervise import Supervisor
 
 log = logging.getLogger(__name__)
 
+#: what a requested stop may take beyond the exit timeout (tritonserver unloads its models, then SIGKILL)
+STOP_MARGIN_S = 5.0
+
 
 def gpu_list(text: str) -> tuple[int, ...]:
     """argparse type of ``--gpus``: distinct non-negative indices, e.g. ``0,2``."""
@@ -191,12 +194,14 @@ def shut_down(server: EmbeddedServer, stopping: threading.Event) -> None:
         server.stop()
         return
     t0 = time.monotonic()
+    grace = None
     if stopping.is_set() and server.running:
-        drained = server.drain(server.options.exit_timeout_s)
-        log.info(
-            "requests in flight %s after %.1f s", "finished" if drained else "still running", time.monotonic() - t0
-        )
-    code = server.stop()
+        exit_timeout = server.options.exit_timeout_s
+        drained = server.drain(exit_timeout)
+        waited = time.monotonic() - t0
+        log.info("requests in flight %s after %.1f s", "finished" if drained else "still running", waited)
+        grace = max(0.0, exit_timeout - waited) + STOP_MARGIN_S  # the whole stop: the exit timeout + the margin
+    code = server.stop(timeout_s=grace)
     cleanup = server.cleanup
     if cleanup is None:
         done = "the watchdog did not report its clean-up"

@@ -157,9 +157,12 @@ class Watchdog:
                 self.request_stop("asked to stop", command.grace_s)
         return True
 
-    def _own(self) -> set[int]:
-        """Children that are not tritonserver's: the MPS daemon and the log filter."""
+    def _own(self, scan: bool = False) -> set[int]:
+        """Children that are not tritonserver's: the MPS daemon and the log filter; with ``scan``, also the
+        MPS servers of the daemon's pipe folder (should the daemon have left one to this subreaper)."""
         own = {self.mps.pid} if self.mps is not None and self.mps.pid is not None else set()
+        if scan and self.mps is not None:
+            own |= {p.pid for p in mps.mps_processes(self.mps.pipe_dir)}
         return own | ({self.log_filter.pid} if self.log_filter is not None else set())
 
     def _server_output(self, prefix: str) -> int | None:
@@ -344,7 +347,7 @@ class Watchdog:
 
     def _clean_up(self, server_pid: int, prefix: str) -> Cleaned:
         """Everything the server left: descendants (re-parented here), the MPS daemon, regions."""
-        own = self._own()
+        own = self._own(scan=True)
         deadline = time.monotonic() + SETTLE_S
         while _reap(own) and time.monotonic() < deadline:
             time.sleep(0.05)
