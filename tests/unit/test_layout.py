@@ -15,12 +15,14 @@ PACKAGE = ROOT / "backend" / "tritonprep"
 #: what each part of the library may import (besides itself): the architecture, as a table
 ALLOWED = {
     "errors": set(),
-    "spec": {"errors"},
+    "cuda": {"errors"},  # CuPy's import and the sticky-CUDA-error guard of every GPU path
+    "parameters": {"errors"},  # config.pbtxt parameter tables (spec's and the runtimes')
+    "spec": {"errors", "parameters"},
     "geometry": {"errors", "spec"},
-    "decode": {"errors", "spec"},
-    "kernels": set(),  # plain values only: no specs, decoders or Triton
-    "executors": {"errors", "spec", "geometry", "decode", "kernels"},
-    "classifier": {"errors"},
+    "decode": {"errors", "spec", "cuda"},
+    "kernels": {"cuda"},  # plain values only: no specs, decoders or Triton
+    "executors": {"errors", "cuda", "spec", "geometry", "decode", "kernels"},
+    "classifier": {"errors", "cuda", "parameters"},
     "triton": {"errors", "spec", "geometry", "executors"},
     "launcher": {"errors"},
     # the one wiring of the request/response layer to the networks (classify_fused)

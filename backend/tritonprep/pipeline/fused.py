@@ -86,7 +86,7 @@ class FusedClassifyModel(PreprocessModel):
             raise ConfigError(f"SCORES, CLASS_IDS and LABELS must all have dims [k]; the config has {dims}")
         network = Path(args["model_repository"]).parent / net_params.pop("model", DEFAULT_NETWORK)
         max_batch = int(config.get("max_batch_size", 0))
-        spec = PreprocessConfig.from_parameters(prep_params, [PIXELS]).shared
+        spec = PreprocessConfig.from_parameters(prep_params, [PIXELS]).spec(PIXELS)
         if spec.layout != "NCHW" or spec.dtype != "FP32":
             raise ConfigError(
                 f"the network takes FP32 NCHW input; the preprocess parameters give {spec.dtype} {spec.layout}"
@@ -113,7 +113,7 @@ class FusedClassifyModel(PreprocessModel):
 
     def gather(self, requests: Sequence[Any]) -> ImageBatch:
         """Every request wants the network input (its own outputs are computed from it)."""
-        batch = gather_images(requests, self.input_name, self.spec.limits.max_images_per_request)
+        batch = gather_images(requests, self.input_name, self.config.limits.max_images_per_request)
         batch.requested = [frozenset({PIXELS})] * len(batch.spans)
         return batch
 

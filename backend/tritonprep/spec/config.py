@@ -87,8 +87,8 @@ class PreprocessConfig:
         model = read_parts({k: v for k, v in base.items() if k not in PER_OUTPUT})
         outputs = []
         for name in image_outputs:
-            values = {k: v for k, v in {**base, **with_preset(own[name])}.items() if k in PER_OUTPUT}
             try:
+                values = {k: v for k, v in {**base, **with_preset(own[name])}.items() if k in PER_OUTPUT}
                 outputs.append((name, OutputSpec(**read_parts(values)["output"])))
             except ConfigError as e:
                 raise ConfigError(f"output {name!r}: {e}") from None

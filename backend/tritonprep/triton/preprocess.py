@@ -149,8 +149,6 @@ class PreprocessModel:
         config = model_config(args)
         self.input_name = input_name
         self.config = PreprocessConfig.from_model_config(config)
-        #: the settings all image outputs share (decoding, limits)
-        self.spec = self.config.shared
         self.image_outputs = [name for name, _ in self.config.outputs]
         self.all_outputs = [*self.image_outputs, *self.config.provenance]
         executor = create_executor(self.config, args["model_instance_kind"], int(args["model_instance_device_id"]))
@@ -167,7 +165,7 @@ class PreprocessModel:
             args["model_instance_kind"],
             args["model_instance_device_id"],
             executor.describe(),
-            self.spec.limits,
+            self.config.limits,
         )
 
     def execute(self, requests: Sequence[Any]) -> list[Any]:
@@ -204,7 +202,7 @@ class PreprocessModel:
 
     def gather(self, requests: Sequence[Any]) -> ImageBatch:
         """The images of ``requests`` and the outputs each asked for (a subclass may want others)."""
-        return gather_images(requests, self.input_name, self.spec.limits.max_images_per_request, self.all_outputs)
+        return gather_images(requests, self.input_name, self.config.limits.max_images_per_request, self.all_outputs)
 
     def respond(self, batch: ImageBatch, result: BatchResult, first_rows: Sequence[Mapping[str, int]]) -> list[Any]:
         """One response per request of ``batch`` from the executor's ``result`` (a subclass may run more on it)."""
