@@ -12,7 +12,8 @@ from typing import Any
 
 from ..cuda import cuda_fault_guard, import_cupy
 from ..errors import InferenceError, RuntimeUnavailable
-from .engines import BuildOptions, PythonBuilder, build_or_reuse, import_tensorrt
+from .builders import PythonBuilder, import_tensorrt, platform_of
+from .engines import BuildOptions, build_or_reuse
 from .ort_cuda import copy_rows
 
 
@@ -35,11 +36,13 @@ class TensorRTRuntime:
             raise RuntimeUnavailable(f"GPU {device_id} is not usable: {e}") from None
         plan = onnx_path.with_name(f"{onnx_path.stem}.gpu{device_id}.plan")
         options = BuildOptions(input_dims, fp16=fp16, max_batch=max_batch, opt_batch=min(64, max_batch))
+        builder = PythonBuilder()
         build_or_reuse(
             onnx_path,
             plan,
             options,
-            builder=PythonBuilder(),
+            builder=builder,
+            platform=platform_of(builder, device_id),
             device_id=device_id,
             timing_cache=onnx_path.with_name("timing.cache"),
         )
