@@ -5,8 +5,11 @@
   launcher's for ``serve``), ``python -m X ...`` and ``python path.py ...`` (the parser the module
   builds when run, caught at its ``parse_args``), ``make TARGET`` (a target of the Makefile), and
   ``perf_analyzer ...`` (only flags that scripts/perf_sweep.py or the compose ``perf`` service pass).
+* Every long option of ``tritonprep classify``, ``embed`` and ``serve`` is documented (docs/client.md,
+  docs/deployment.md).
 * Every config parameter the code reads is in docs/configuration.md, with its default, and every
-  parameter documented there is read by the code; every parameter of a shipped config is documented.
+  parameter documented there is read by the code; every parameter of a shipped config is documented;
+  the provenance outputs are listed as the spec defines them.
 * Every relative link resolves, ``#anchors`` included; every dotted name such as
   ``tritonprep.spec.PARAMETERS`` in inline code imports.
 * README.md stays a front page (at most 200 lines) that links every docs/ page, each of which opens
@@ -386,6 +389,34 @@ def test_a_planted_wrong_option_is_reported(tmp_path):
     assert not command_problems(["tritonprep", "classify", "a.jpg", "--top-k", "3"])
 
 
+#: where each command's options are documented
+OPTION_PAGES = {
+    "tritonprep classify": "client.md",
+    "tritonprep embed": "client.md",
+    "tritonprep serve": "deployment.md",
+}
+
+
+def cli_options() -> list[tuple[str, str]]:
+    """``(command, option)`` for every long option of ``tritonprep``'s subcommands."""
+    client, serve = tritonprep_parsers()
+    parsers = {f"tritonprep {name}": p for name, p in _subcommands(client).items() if name != "serve"}
+    parsers["tritonprep serve"] = serve
+    return [
+        (command, option)
+        for command, parser in parsers.items()
+        for option in parser._option_string_actions
+        if option.startswith("--") and option != "--help"
+    ]
+
+
+@pytest.mark.parametrize(("command", "option"), cli_options(), ids=lambda v: v)
+def test_every_option_of_the_command_line_is_documented(command, option):
+    page = DOCS / OPTION_PAGES[command]
+    spans = {word for _, line in prose(page.read_text()) for span in inline_code(line) for word in span.split()}
+    assert option in spans, f"`{command} {option}` is missing from {rel(page)} (its options table)"
+
+
 # ----------------------------------------------------------------------------- configuration reference
 @dataclasses.dataclass(frozen=True)
 class Row:
@@ -439,15 +470,30 @@ def code_parameters() -> dict[str, dict[str, str | None]]:
     }
 
 
+#: a parameter read from a config: ``parameters(config).get("x")``, ``params["x"]``, ``params.get("x")``
+READ_PARAMETER = re.compile(r"(?:\bparams|parameters\((?:[^()]|\([^()]*\))*\))\s*(?:\.get\(|\[)\s*\"([\w.]+)\"")
+
+
 def read_by_model_files() -> dict[str, None]:
-    """Parameters that model.py files read straight from their config (``parameters(...).get("x")``),
-    beside the library's tables."""
+    """Parameters that the benchmark models' model.py files read straight from their config."""
     found: dict[str, None] = {}
-    pattern = re.compile(r"parameters\((?:[^()]|\([^()]*\))*\)\s*(?:\.get\(|\[)\s*\"([\w.]+)\"")
-    for folder in CONFIG_FOLDERS:
-        for path in sorted(folder.rglob("model.py")):
-            found.update(dict.fromkeys(pattern.findall(path.read_text())))
+    for path in sorted((ROOT / "scripts" / "bench" / "models").rglob("model.py")):
+        found.update(dict.fromkeys(READ_PARAMETER.findall(path.read_text())))
     return found
+
+
+def test_every_parameter_read_anywhere_is_documented():
+    """Beside the tables the sections are checked against: a parameter that library code or a model.py reads
+    from a config by name."""
+    sources = [*sorted((ROOT / "backend").rglob("*.py")), *sorted((ROOT / "model_repository").rglob("model.py"))]
+    documented = {r.name for r in documented_parameters()}
+    missing = sorted(
+        f"{rel(path)} reads parameter {name!r}, which {rel(CONFIGURATION)} does not document"
+        for path in sources
+        for name in READ_PARAMETER.findall(path.read_text())
+        if name not in documented
+    )
+    assert not missing, "\n".join(missing)
 
 
 def test_every_parameter_the_code_reads_is_documented_with_its_default():
