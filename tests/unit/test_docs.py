@@ -334,10 +334,10 @@ def command_problems(words: list[str]) -> list[str]:
     if args[:1] == ["-m"] and len(args) > 1:
         target, args = args[1], args[2:]
         try:
-            importlib.util.find_spec(target)
-        except ModuleNotFoundError:
-            return [f"`python -m {target}`: no module {target!r}"]
-        if importlib.util.find_spec(target) is None:
+            found = importlib.util.find_spec(target) is not None
+        except ModuleNotFoundError:  # a parent package is missing
+            found = False
+        if not found:
             return [f"`python -m {target}`: no module {target!r}"]
     elif args and args[0].endswith(".py"):
         target, args = args[0], args[1:]
