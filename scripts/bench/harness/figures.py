@@ -39,11 +39,12 @@ def triton(setting: str, config: str, n: int, **more: Any) -> dict[str, Any]:
             "setting": setting, **more}  # fmt: skip
 
 
-def settings_measured(rows: list[dict], servers: list[dict] | None = None) -> list[dict[str, str]]:
-    """The server settings of the rows and server records, in the order first met: ``{label, mps, budget}``."""
+def settings_measured(rows: list[dict], kinds: tuple[str, ...] = ("triton",)) -> list[dict[str, str]]:
+    """The server settings of the rows of ``kinds`` (by default the main Triton measurements), in the order first
+    met: ``{label, mps, budget}``."""
     seen: dict[str, dict[str, str]] = {}
-    for r in [*rows, *(servers or [])]:
-        if r.get("kind", "triton") in SERVED_KINDS:
+    for r in rows:
+        if r.get("kind") in kinds:
             label = setting_of(r)
             if label not in seen:
                 seen[label] = {"label": label, "mps": _field(r, label, "mps"), "budget": _field(r, label, "budget")}
@@ -51,7 +52,7 @@ def settings_measured(rows: list[dict], servers: list[dict] | None = None) -> li
 
 
 def _field(row: dict[str, Any], label: str, key: str) -> str:
-    """``mps``/``budget`` of a row, or parsed from its setting's label (server records carry only the label)."""
+    """``mps``/``budget`` of a row, or parsed from its setting's label (rows of runs before the fields)."""
     if key in row:
         return row[key] or ""
     prefix = "mps " if key == "mps" else "budget "

@@ -69,9 +69,9 @@ class Goal:
         return f"- {verdict}: {self.name}: {self._fmt(self.value)} ({goal}{'; ' + self.detail if self.detail else ''})"
 
 
-def mps_pairs(rows: list[dict], servers: list[dict] | None = None) -> list[tuple[str, str]]:
+def mps_pairs(rows: list[dict]) -> list[tuple[str, str]]:
     """(MPS on label, MPS off label) for each budget measured with both."""
-    settings = settings_measured(rows, servers)
+    settings = settings_measured(rows)
     pairs = []
     for on in (s for s in settings if s["mps"] == "on"):
         off = next((s for s in settings if s["mps"] == "off" and s["budget"] == on["budget"]), None)
@@ -88,7 +88,7 @@ def mps_goals(rows: list[dict], summary: dict[str, Any]) -> list[Goal]:
     """The MPS issue's goals, as measured in this run (see the module's description)."""
     if not any(r.get("kind") == "triton" for r in rows):
         return []
-    settings = settings_measured(rows, summary.get("servers"))
+    settings = settings_measured(rows)
     subjects = [s["label"] for s in settings if s["mps"] == "on"] or [s["label"] for s in settings]
     alone = classifier_alone(rows)
     alone_rate = rate(alone)
@@ -109,7 +109,7 @@ def mps_goals(rows: list[dict], summary: dict[str, Any]) -> list[Goal]:
             Goal(f"prep_sink 32 img/request ({s}, best c) / the decode ceiling", ratio(rate(p32), ceil), 0.9,
                  detail=f"{rate(p32) or 0:,.0f} vs {ceil or 0:,.0f} img/s"),
         ]  # fmt: skip
-    for on, off in mps_pairs(rows, summary.get("servers")):
+    for on, off in mps_pairs(rows):
         c_on = last(rows, **triton(on, "classify", 8, concurrency=64))
         c_off = last(rows, **triton(off, "classify", 8, concurrency=64))
         goals.append(Goal(f"classify 8 img/request c=64, {on} / {off}", ratio(rate(c_on), rate(c_off)), 1.6,

@@ -40,10 +40,10 @@ def _num(value: dict | float | None) -> float | None:
 def side_by_side(rows: list[dict], summary: dict[str, Any]) -> list[str]:
     """The settings side by side, a column each, and MPS on / off where both were measured."""
     servers = summary.get("servers", [])
-    settings = [s["label"] for s in settings_measured(rows, servers)]
+    settings = [s["label"] for s in settings_measured(rows)]
     if len(settings) < 2 and not any(s != "default" for s in settings):
         return []
-    pairs = mps_pairs(rows, servers)
+    pairs = mps_pairs(rows)
     alone = rate(classifier_alone(rows))
     dali, ceil = dali_rate(rows, summary) or None, ceiling_rate(rows, summary) or None
 
@@ -85,6 +85,7 @@ def side_by_side(rows: list[dict], summary: dict[str, Any]) -> list[str]:
            f"{dali or 0:,.0f} img/s, decode ceiling {ceil or 0:,.0f} img/s.", "",
            "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]  # fmt: skip
     out += [f"| {name} | " + " | ".join(vals) + " |" for name, vals in lines_]
+    out.append("")
     for s in settings:
         r = last(rows, **triton(s, "classify", 1, concurrency=1))
         if r and r.get("composing"):
@@ -138,7 +139,7 @@ def startstop_section(servers: list[dict]) -> list[str]:
         )
         if not ready:
             continue
-        slowest = max(ready, key=lambda r: r["ready_s"])
+        slowest = max([r for r in ready if r.get("instances")] or ready, key=lambda r: r["ready_s"])
         models = startup_breakdown(slowest.get("instances") or [])
         if not models:
             out.append("  - no instance reports (a launcher without TRITONPREP_REPORT_DIR)")

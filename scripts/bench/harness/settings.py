@@ -105,13 +105,13 @@ def check_launcher_supports(settings: Iterable[Setting], fields: Iterable[str] |
 
         fields = [f.name for f in dataclasses.fields(ServerOptions)]
     have = set(fields)
-    needed = sorted({name for s in settings for name in s.server_options()})
+    needed = [name for name in ("mps", "gpu_memory_budget") if any(name in s.server_options() for s in settings)]
     missing = [name for name in needed if name not in have]
     if missing:
         flags = ", ".join("--" + name.replace("_", "-") for name in missing)
         raise OptionError(
-            f"this checkout's launcher has no ServerOptions.{'/'.join(missing)} (tritonprep serve --mps and "
-            f"--gpu-memory-budget come with the launcher's change for issues 24 and 25): merge it, or run "
+            f"this checkout's launcher has no {', '.join('ServerOptions.' + m for m in missing)} (tritonprep serve "
+            f"--mps and --gpu-memory-budget come with the launcher's change for issues 24 and 25): merge it, or run "
             f"without {flags}"
         )
 

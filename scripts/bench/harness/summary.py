@@ -105,7 +105,7 @@ def _tuning_and_networks(rows: list[dict]) -> list[str]:
 
 def summary_lines(rows: list[dict], summary: dict) -> list[str]:
     """The goals of the preprocessing and classify issues, each as measured in this run (its first setting)."""
-    settings = settings_measured(rows, summary.get("servers"))
+    settings = settings_measured(rows)
     first = settings[0]["label"] if settings else "default"
     mine = [r for r in rows if r.get("kind") != "triton" or setting_of(r) == first]
     where = "" if len(settings) < 2 else f", setting: {first}"
