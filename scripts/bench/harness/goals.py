@@ -1,10 +1,10 @@
 """The goals of issues 24 (MPS) and 25 (memory, start and stop), each computed from a run's rows and server
 records as a ratio or a figure against its target, met or not.
 
-* MPS (every setting with MPS on, else every setting): ``classify`` at 8 images/request c=64 >= 0.8x the
-  classifier alone at batch 64, at 32 >= 0.9x; ``prep_sink`` at 32 >= 1.3x DALI's best and >= 0.9x the
-  decode ceiling; and where MPS on and off were both measured (same budget): ``classify`` at 8, c=64 >= 1.6x
-  its MPS-off figure, and its c=1 p50 with MPS no worse than without.
+* MPS: ``classify`` at 8 images/request c=64 >= 0.8x the classifier alone at batch 64 and at 32 >= 0.9x
+  (every setting with MPS on, else every setting); ``prep_sink`` at 32 >= 1.3x DALI's best and >= 0.9x the
+  decode ceiling (every setting); and where MPS on and off were both measured (same budget): ``classify``
+  at 8, c=64 >= 1.6x its MPS-off figure, and its c=1 p50 with MPS no worse than without.
 * Memory, start and stop (the ``startstop`` phase's starts of the default repository, per setting): GPU
   memory at ready <= 12 GiB, under load <= 14 GiB (over the GPUs' use before the launch), launch to
   ready <= 15 s, stop <= 5 s, exit code 0.
@@ -97,13 +97,16 @@ def mps_goals(rows: list[dict], summary: dict[str, Any]) -> list[Goal]:
     for s in subjects:
         c8 = last(rows, **triton(s, "classify", 8, concurrency=64))
         c32 = best(rows, **triton(s, "classify", 32))
-        p32 = best(rows, **triton(s, "prep_sink", 32))
         alone_note = f"classifier alone b64 {alone_rate:,.0f} img/s" if alone_rate else "classifier alone not measured"
         goals += [
             Goal(f"classify 8 img/request c=64 ({s}) / the classifier alone at batch 64", ratio(rate(c8), alone_rate),
                  0.8, detail=f"{rate(c8) or 0:,.0f} img/s; {alone_note}"),
             Goal(f"classify 32 img/request ({s}, best c) / the classifier alone at batch 64",
                  ratio(rate(c32), alone_rate), 0.9, detail=f"{rate(c32) or 0:,.0f} img/s; {alone_note}"),
+        ]  # fmt: skip
+    for s in (s["label"] for s in settings):  # the preprocessing against its one-process references, every setting
+        p32 = best(rows, **triton(s, "prep_sink", 32))
+        goals += [
             Goal(f"prep_sink 32 img/request ({s}, best c) / DALI best", ratio(rate(p32), dali), 1.3,
                  detail=f"{rate(p32) or 0:,.0f} vs {dali or 0:,.0f} img/s"),
             Goal(f"prep_sink 32 img/request ({s}, best c) / the decode ceiling", ratio(rate(p32), ceil), 0.9,

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tritonprep.errors import ServerError
 from tritonprep_testkit.servers import local_options
 
 from .gpu import GpuSampler, read_gpu
@@ -156,7 +155,7 @@ def serve(
     stop it; the record (appended to ``servers``, also if it never became ready) says how each step went.
 
     ``options``: ``ServerOptions`` fields; None: the harness's (:data:`BENCH_OPTIONS`), ``{}``: the launcher's.
-    Raises ServerError if it does not become ready.
+    Raises ``tritonprep.errors.ServerError`` if it does not become ready.
     """
     from tritonprep.launcher.process import EmbeddedServer
 
@@ -179,8 +178,8 @@ def serve(
             try:
                 server.start()
                 server.wait_ready()
-            except ServerError as e:
-                record["error"] = str(e).splitlines()[0]
+            except BaseException as e:  # not ready (ServerError), or interrupted: nothing may stay behind
+                record["error"] = (str(e).splitlines() or [type(e).__name__])[0]
                 record["exit_code"] = server.stop()
                 raise
             record["ready_s"] = round(time.monotonic() - t0, 2)
