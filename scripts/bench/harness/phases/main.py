@@ -4,9 +4,9 @@ Once per run (one process each): the decode ceiling (nvImageCodec hardware decod
 best 6-decoder row of :func:`scripts.bench.decode_grid.ceiling_grid`), DALI's in-process sweep (its best
 reported) and tritonprep's executor in process. Per server setting: ``prep_sink`` (preprocess -> a sink
 standing in for the network) and ``null_sink`` (the same shape with a preprocess that does no work: the
-Python backend's own ceiling) through Triton at 1, 8, 32 and 64 images/request, with the shipped GPU
-config unless ``--config`` overrides it; the larger image sizes of ``--plan full``; and, with the first
-setting only, the CPU executor.
+Python backend's own ceiling) through Triton at 1, 8, 32 and 64 images/request (``--points goals``:
+prep_sink at 8 and 32 only), with the shipped GPU config unless ``--config`` overrides it; the larger image
+sizes of ``--plan full``; and, with the first setting only, the CPU executor.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ log = logging.getLogger("harness")
 
 #: (images per request, concurrencies) measured for prep_sink and null_sink
 MAIN_POINTS = [(1, [1, 16, 64, 128]), (8, [16, 64]), (32, [8, 16]), (64, [4, 8])]
+#: ``--points goals``: only what the goals read (prep_sink at 32 images/request, and at 8 beside it), no null_sink
+GOAL_POINTS = {"prep_sink": [(8, [64]), (32, [8, 16])]}
 #: wall-clock limit of the in-process executor's benchmark (s)
 INPROCESS_TIMEOUT_S = 300
 
@@ -119,9 +121,10 @@ def config_overrides(config: str | None) -> dict[str, int]:
 def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
     """prep_sink and null_sink at every point (and the other sizes), then the CPU executor (first setting only)."""
     repo = make_repo(run.work / "repo-main", **config_overrides(args.config))
+    points = GOAL_POINTS if args.points == "goals" else {"prep_sink": MAIN_POINTS, "null_sink": MAIN_POINTS}
     with run.serve("main", repo, setting) as srv:
-        for model in ("prep_sink", "null_sink"):
-            for n, conc in MAIN_POINTS:
+        for model, model_points in points.items():
+            for n, conc in model_points:
                 run.sweep(model, srv, model, [n], conc)
         if "sizes" not in args.skip:
             for size in run.plan["sizes"][1:]:
