@@ -107,7 +107,7 @@ def test_without_mps_settings_the_goals_judge_the_run_as_it_is():
 def start_record(i: int, ready_s: float | None, stop_s: float | None = 2.0, code: int | None = 0, **more) -> dict:
     record = {"tag": f"startstop-{i}", "setting": "default", "baseline_mib": 500, "ready_mib": 10_500,
               "peak_mib": 12_000, "ready_s": ready_s, "stop_s": stop_s, "exit_code": code, "killed_leftovers": 0,
-              "forced_kill": False, "instances": [], "faults": []}  # fmt: skip
+              "forced_kill": False, "mps": "quit", "instances": [], "faults": []}  # fmt: skip
     if ready_s is None:
         record |= {"error": "tritonserver exited with code 1 while starting", "ready_s": None, "stop_s": None}
     return record | more
@@ -171,7 +171,7 @@ def test_results_md_and_csv(tmp_path, capsys):
         assert heading in md
     assert "- default: launch to ready [9.0, 9.5] s, stop [2.0, 2.0] s, exit codes [0, 0]" in md
     assert "  - preprocess x2 (GPU:0, 1,850 MiB reported): slowest instance warmup 1.50, cuda_context 0.90 s" in md
-    assert "| startstop-1 | default | 9.0 | 2.0 | 0 | 0 | 10,000 | 11,500 | - |" in md
+    assert "| startstop-1 | default | quit | 9.0 | 2.0 | 0 | 0 | 10,000 | 11,500 | - |" in md
     with open(tmp_path / "results.csv") as f:
         reader = csv.DictReader(f)
         assert reader.fieldnames == CSV_KEYS
@@ -223,8 +223,15 @@ def test_the_watchdogs_lines():
         "10:00:22 tritonprep watchdog 12: after tritonserver pid 13: killed 2 leftover process(es) [40, 41], "
         "removed 1 shared-memory region(s)\n"
     )
-    assert serving.watchdog_outcome(log) == (2, True)
-    assert serving.watchdog_outcome("after tritonserver pid 13: killed no process, removed 1 region") == (0, False)
+    assert serving.watchdog_outcome(log) == {"killed_leftovers": 2, "forced_kill": True, "mps": ""}
+    clean = (
+        "10:00:00 tritonprep watchdog 12: CUDA MPS: control daemon pid 14, pipe folder /tmp/w/mps/pipe\n"
+        "10:00:05 tritonprep watchdog 12: after tritonserver pid 13: killed no process, removed 1 region\n"
+        "10:00:05 tritonprep watchdog 12: CUDA MPS: control daemon pid 14 quit\n"
+    )
+    assert serving.watchdog_outcome(clean) == {"killed_leftovers": 0, "forced_kill": False, "mps": "quit"}
+    without = "10:00:00 tritonprep watchdog 12: serving without CUDA MPS: nvidia-cuda-mps-control is not installed\n"
+    assert serving.watchdog_outcome(without)["mps"] == "not used: nvidia-cuda-mps-control is not installed"
 
 
 def test_instance_reports_and_their_breakdown(tmp_path):

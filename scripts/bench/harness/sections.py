@@ -106,19 +106,20 @@ def servers_table(servers: list[dict]) -> list[str]:
     if not servers:
         return []
     out = ["", "## Servers (launch to ready, stop, GPU memory over the baseline before each launch)", "",
-           "| server | setting | ready s | stop s | exit | watchdog killed | MiB at ready | peak MiB | largest process "
-           "at peak |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+           "| server | setting | MPS | ready s | stop s | exit | watchdog killed | MiB at ready | peak MiB "
+           "| largest process at peak |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in servers:
         top = max((r.get("by_process_peak") or {}).items(), key=lambda kv: kv[1], default=None)
         ready = r.get("ready_s")
         killed = f"{r.get('killed_leftovers', 0)}{' (SIGKILL)' if r.get('forced_kill') else ''}"
         out.append(
-            f"| {r.get('tag')} | {setting_of(r)} | {'-' if ready is None else ready} | {r.get('stop_s', '-')} "
+            f"| {r.get('tag')} | {setting_of(r)} | {r.get('mps') or '-'} | {'-' if ready is None else ready} "
+            f"| {r.get('stop_s', '-')} "
             f"| {r.get('exit_code', '-')} | {killed} | {_mib(server_mib(r, 'ready_mib'))} "
             f"| {_mib(server_mib(r, 'peak_mib'))} | {f'{top[0]} {top[1]:,}' if top else '-'} |"
         )
         if r.get("error"):
-            out.append(f"|  | did not start: {r['error']} | | | | | | | |")
+            out.append(f"|  | did not start: {r['error']} | | | | | | | | |")
     return out
 
 

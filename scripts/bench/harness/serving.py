@@ -30,6 +30,8 @@ REPORT_DIR_ENV = "TRITONPREP_REPORT_DIR"
 BENCH_OPTIONS: dict[str, Any] = {"cuda_memory_pool_mb": 2048, "exit_timeout_s": 10}
 _KILLED = re.compile(r"killed (\d+) leftover process")
 _FORCED = "SIGKILL to its process group"
+_MPS_END = re.compile(r"CUDA MPS: control daemon pid \S+ (quit|killed)")
+_MPS_WITHOUT = re.compile(r"serving without CUDA MPS: (.*)")
 
 
 @dataclass
@@ -65,11 +67,15 @@ class Served:
         return f"http://{o.host}:{o.metrics_port}/metrics"
 
 
-def watchdog_outcome(log_text: str) -> tuple[int, bool]:
-    """(leftover processes the watchdog killed, whether tritonserver itself had to be SIGKILLed) from its lines in
-    the server log."""
-    killed = sum(int(n) for n in _KILLED.findall(log_text))
-    return killed, _FORCED in log_text
+def watchdog_outcome(log_text: str) -> dict[str, Any]:
+    """What the watchdog's lines in a server log say: the leftover processes it killed, whether tritonserver
+    itself had to be SIGKILLed, and how CUDA MPS went (``quit``/``killed``: the daemon ran and quit when asked or
+    had to be killed; ``not used: <why>``; ``""``: no MPS line)."""
+    ended = _MPS_END.findall(log_text)
+    without = _MPS_WITHOUT.findall(log_text)
+    mps = ended[-1] if ended else f"not used: {without[-1]}" if without else ""
+    return {"killed_leftovers": sum(int(n) for n in _KILLED.findall(log_text)), "forced_kill": _FORCED in log_text,
+            "mps": mps}  # fmt: skip
 
 
 def report_dir(server: Any) -> Path | None:
@@ -205,7 +211,7 @@ def serve(
         record["by_process_peak"] = sampler.peak_by_process
         record["samples"] = sampler.samples
         record["cupy_pool_bytes"] = sampler.pools
-        record["killed_leftovers"], record["forced_kill"] = watchdog_outcome(_log_text(log_path, offset))
+        record.update(watchdog_outcome(_log_text(log_path, offset)))
         record["profile"] = profile_lines(log_path, offset=offset)
         servers.append(record)
 
