@@ -171,7 +171,7 @@ def test_results_md_and_csv(tmp_path, capsys):
         assert heading in md
     assert "- default: launch to ready [9.0, 9.5] s, stop [2.0, 2.0] s, exit codes [0, 0]" in md
     assert "  - preprocess x2 (GPU:0, 1,850 MiB reported): slowest instance warmup 1.50, cuda_context 0.90 s" in md
-    assert "| startstop-1 | default | quit | 9.0 | 2.0 | 0 | 0 | 10,000 | 11,500 | - |" in md
+    assert "| startstop-1 | default | quit | 9.0 | 2.0 | 0 | 0 | 10,000 | 11,500 | - | preprocess x2 |" in md
     with open(tmp_path / "results.csv") as f:
         reader = csv.DictReader(f)
         assert reader.fieldnames == CSV_KEYS
@@ -240,8 +240,14 @@ def test_instance_reports_and_their_breakdown(tmp_path):
         {"model": "classifier", "instance": "classifier_0_0", "kind": "GPU", "device": 0, "gpu_memory_mb": 2200,
          "timings": {"sessions": 3.5, "graphs": 1.25}}))  # fmt: skip
     (tmp_path / "instances" / "broken.json").write_text("{")
+    (tmp_path / "instances" / "classifier_0_1.json").write_text(json.dumps(
+        {"model": "classifier", "instance": "classifier_0_1", "kind": "GPU", "device": 0, "buckets": [1, 8, 32],
+         "timings": {"sessions": 3.0}}))  # fmt: skip
     reports = serving.read_reports(tmp_path)
-    assert [r["instance"] for r in reports] == ["classifier_0_0"]
+    assert sorted(r["instance"] for r in reports) == ["classifier_0_0", "classifier_0_1"]
+    assert serving.instances_summary(reports) == "classifier x2 (b<=32)"
+    assert serving.instances_summary([]) == ""
+    reports = reports[:1] if reports[0]["instance"] == "classifier_0_0" else reports[1:]
     assert serving.read_reports(tmp_path, "faults") == [] and serving.read_reports(None) == []
     assert serving.startup_breakdown(reports) == {
         "classifier": {

@@ -22,7 +22,7 @@ from .figures import (
     triton,
 )
 from .goals import memory_goals, mps_goals, mps_pairs, startstop_records
-from .serving import server_mib, startup_breakdown
+from .serving import instances_summary, server_mib, startup_breakdown
 
 
 def _mib(value: int | None) -> str:
@@ -107,7 +107,7 @@ def servers_table(servers: list[dict]) -> list[str]:
         return []
     out = ["", "## Servers (launch to ready, stop, GPU memory over the baseline before each launch)", "",
            "| server | setting | MPS | ready s | stop s | exit | watchdog killed | MiB at ready | peak MiB "
-           "| largest process at peak |", "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+           "| largest process at peak | instances (reported) |", "|---" * 11 + "|"]  # fmt: skip
     for r in servers:
         top = max((r.get("by_process_peak") or {}).items(), key=lambda kv: kv[1], default=None)
         ready = r.get("ready_s")
@@ -116,10 +116,11 @@ def servers_table(servers: list[dict]) -> list[str]:
             f"| {r.get('tag')} | {setting_of(r)} | {r.get('mps') or '-'} | {'-' if ready is None else ready} "
             f"| {r.get('stop_s', '-')} "
             f"| {r.get('exit_code', '-')} | {killed} | {_mib(server_mib(r, 'ready_mib'))} "
-            f"| {_mib(server_mib(r, 'peak_mib'))} | {f'{top[0]} {top[1]:,}' if top else '-'} |"
+            f"| {_mib(server_mib(r, 'peak_mib'))} | {f'{top[0]} {top[1]:,}' if top else '-'} "
+            f"| {instances_summary(r.get('instances') or []) or '-'} |"
         )
         if r.get("error"):
-            out.append(f"|  | did not start: {r['error']} | | | | | | | | |")
+            out.append(f"|  | did not start: {r['error']} | | | | | | | | | |")
     return out
 
 

@@ -126,6 +126,19 @@ def startup_breakdown(instances: list[dict[str, Any]]) -> dict[str, dict[str, An
     return models
 
 
+def instances_summary(instances: list[dict[str, Any]]) -> str:
+    """``classifier x2 (b<=64), preprocess x4``: the instances each model reported and the largest network batch
+    bucket they loaded (what a GPU memory budget may cut); "" without reports."""
+    models: dict[str, list[dict[str, Any]]] = {}
+    for rep in instances:
+        models.setdefault(rep.get("model", "?"), []).append(rep)
+    parts = []
+    for model, reps in sorted(models.items()):
+        largest = max((max(r.get("buckets") or [0]) for r in reps), default=0)
+        parts.append(f"{model} x{len(reps)}" + (f" (b<={largest})" if largest else ""))
+    return ", ".join(parts)
+
+
 def profile_lines(log_path: Path, last: int = 12, offset: int = 0) -> list[str]:
     """The per-execute phase timings the instances logged (TRITONPREP_PROFILE=1), newest last."""
     text = _log_text(log_path, offset)
