@@ -245,3 +245,30 @@ def test_instance_group_edits():
     assert repos.with_instances(text, 5, "KIND_GPU").count("count: 5, kind: KIND_GPU") == 1
     with pytest.raises(ValueError):
         repos.instance_count("name: x\n")
+
+
+def test_every_config_of_a_benchmark_repository_is_a_triton_model_config(tmp_path):
+    """Parsed as Triton parses them (model_config.proto): the edits keep each config valid, and the counts read
+    back are those asked for, in the config a GPU server picks and in config.pbtxt."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    from scripts.bench import decode_once
+
+    counts = {"preprocess": 3, "classifier": 2, "postprocess": 5, "classify_fused": 6}
+    repo = repos.make_repo(tmp_path / "repo", with_classify=True, counts=counts, queue_delay_us=250)
+    decode_once.add_models(repo, repos.SOURCE)
+    parsed = {}
+    for cfg in sorted(repo.glob("*/config.pbtxt")) + sorted(repo.glob("*/configs/*.pbtxt")):
+        parsed[cfg.relative_to(repo)] = text_format.Parse(cfg.read_text(), model_config_pb2.ModelConfig())
+    for model, n in counts.items():
+        for rel, cfg in parsed.items():
+            if rel.parts[0] == model and cfg.backend == "python":
+                assert [g.count for g in cfg.instance_group] == [n], rel
+    gpu = model_config_pb2.ModelInstanceGroup.Kind.Value("KIND_GPU")
+    assert parsed[Path("null_prep/config.pbtxt")].instance_group[0].count == 3
+    assert parsed[Path("null_prep/config.pbtxt")].dynamic_batching.max_queue_delay_microseconds == 250
+    assert parsed[Path("sink/config.pbtxt")].instance_group[0].kind == gpu
+    for rel, cfg in parsed.items():
+        if cfg.HasField("dynamic_batching") and cfg.dynamic_batching.HasField("default_queue_policy"):
+            assert cfg.dynamic_batching.default_queue_policy.max_queue_size == 4096, rel
