@@ -22,8 +22,9 @@ ready, stop, exit code, GPU memory sampled throughout):
 * ``startstop``: the default repository started ``--starts`` times: launch to ready, start-up breakdown,
   memory at ready and under load, stop time, exit code (:mod:`.phases.startstop`).
 
-Writes results.md (with the settings side by side and the goals, met or not), results.csv and
-summary.json into --out and prints the report.
+``--points goals`` measures, in ``main`` and ``classify``, only the points the goals read (cheaper runs of
+several settings). Writes results.md (with the settings side by side and the goals, met or not),
+results.csv and summary.json into --out and prints the report.
 
     python -m scripts.bench.harness --out /tmp/bench --phase main,classify [--plan quick|full] [--mps on,off]
 """
