@@ -1,5 +1,5 @@
-"""The tree keeps the shape the README describes: layers that only import downwards, package docs,
-package data that matches files, and paths named in the Makefile and README that exist."""
+"""The tree keeps the shape the docs describe: layers that only import downwards, package docs,
+package data that matches files, and paths named in the Makefile, README and docs/ that exist."""
 
 from __future__ import annotations
 
@@ -90,13 +90,11 @@ def test_package_data_patterns_match_files():
         assert list(PACKAGE.glob(pattern)), f"package data {pattern!r} matches no file"
 
 
-def test_paths_named_in_the_makefile_and_readme_exist():
+def test_paths_named_in_the_makefile_readme_and_docs_exist():
     named = set()
-    for doc in ("Makefile", "README.md"):
+    for doc in [ROOT / "Makefile", ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         named |= set(
-            re.findall(
-                r"\b((?:scripts|tests|docker|backend|client|testkit|reports)/[\w./-]*[\w])", (ROOT / doc).read_text()
-            )
+            re.findall(r"\b((?:scripts|tests|docker|backend|client|testkit|reports)/[\w./-]*[\w])", doc.read_text())
         )
     missing = sorted(p for p in named if not (ROOT / p).exists() and p not in GENERATED)
     assert not missing, f"named but not in the tree: {missing}"
