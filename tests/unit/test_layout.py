@@ -15,16 +15,18 @@ PACKAGE = ROOT / "backend" / "tritonprep"
 #: what each part of the library may import (besides itself): the architecture, as a table
 ALLOWED = {
     "errors": set(),
+    # the per-image error contract: the client imports it too, so it imports nothing (standard library only)
+    "image_errors": set(),
     "spec": {"errors"},
     "geometry": {"errors", "spec"},
     "decode": {"errors", "spec"},
     "kernels": set(),  # plain values only: no specs, decoders or Triton
     "executors": {"errors", "spec", "geometry", "decode", "kernels"},
     "classifier": {"errors"},
-    "triton": {"errors", "spec", "geometry", "executors"},
+    "triton": {"errors", "image_errors", "spec", "geometry", "executors"},
     "launcher": {"errors"},
     # the one wiring of the request/response layer to the networks (classify_fused)
-    "pipeline": {"errors", "spec", "executors", "classifier", "triton"},
+    "pipeline": {"errors", "image_errors", "spec", "executors", "classifier", "triton"},
 }
 
 

@@ -7,7 +7,7 @@ object arrays (numpy < 2 in Triton 2.51's stub: DLPack cannot carry them).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -73,6 +73,14 @@ def output_tensor(name: str, array: Any) -> Any:
 def bytes_tensor(name: str, rows: Sequence[Sequence[str]]) -> Any:
     """A BYTES output tensor of UTF-8 strings (needs numpy < 2 in the stub: DLPack cannot carry BYTES)."""
     return pb_utils().Tensor(name, np.array([[s.encode() for s in row] for row in rows], dtype=np.object_))
+
+
+def named_tensors(outputs: Mapping[str, Any]) -> list[Any]:
+    """Output tensors of ``{name: array, or rows of strings (a list of lists) for a BYTES output}``."""
+    return [
+        bytes_tensor(name, rows) if isinstance(rows, list) else output_tensor(name, rows)
+        for name, rows in outputs.items()
+    ]
 
 
 def placement(array: Any) -> str:
