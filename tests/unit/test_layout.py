@@ -102,3 +102,10 @@ def test_paths_named_in_the_makefile_and_readme_exist():
         )
     missing = sorted(p for p in named if not (ROOT / p).exists() and p not in GENERATED)
     assert not missing, f"named but not in the tree: {missing}"
+
+
+def test_every_package_is_shipped():
+    """A package missing from pyproject's list is missing from every non-editable install."""
+    listed = re.search(r"\npackages = \[(.*?)\]", (ROOT / "pyproject.toml").read_text(), re.S).group(1)
+    found = {"tritonprep", *(f"tritonprep.{p.parent.name}" for p in PACKAGE.glob("*/__init__.py"))}
+    assert found <= set(re.findall(r'"([\w.]+)"', listed))
