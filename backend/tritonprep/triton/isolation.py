@@ -122,7 +122,7 @@ class RequestIsolation:
             phases[name] = phases.get(name, 0.0) + time.perf_counter() - t0
         detach_errors(caught)
         answers.update(caught)
-        rejected = Counter(getattr(e, "reason", "internal") for e in caught.values())
+        rejected = Counter(e.reason if isinstance(e, InputError) else "internal" for e in caught.values())
         t0 = time.perf_counter()
         responses = []
         for r in range(n):
@@ -132,7 +132,8 @@ class RequestIsolation:
                 responses.append(self._response(standing[r], r, n, rejected))
         self._rejected(rejected)
         if self.timer is not None:
-            self.timer.record(n, **phases, respond=time.perf_counter() - t0)
+            phases["respond"] = phases.get("respond", 0.0) + time.perf_counter() - t0
+            self.timer.record(n, **phases)
         return responses
 
     def _run(self, step: Step, standing: Mapping[int, Any], n: int) -> tuple[dict[int, Any], dict[int, BaseException]]:
