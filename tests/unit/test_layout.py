@@ -15,16 +15,18 @@ PACKAGE = ROOT / "backend" / "tritonprep"
 #: what each part of the library may import (besides itself): the architecture, as a table
 ALLOWED = {
     "errors": set(),
+    # the per-image error contract: the client imports it too, so it imports nothing (standard library only)
+    "image_errors": set(),
     "spec": {"errors"},
     "geometry": {"errors", "spec"},
     "decode": {"errors", "spec"},
     "kernels": set(),  # plain values only: no specs, decoders or Triton
     "executors": {"errors", "spec", "geometry", "decode", "kernels"},
     "classifier": {"errors"},
-    "triton": {"errors", "spec", "geometry", "executors"},
+    "triton": {"errors", "image_errors", "spec", "geometry", "executors"},
     "launcher": {"errors"},
     # the one wiring of the request/response layer to the networks (classify_fused)
-    "pipeline": {"errors", "spec", "executors", "classifier", "triton"},
+    "pipeline": {"errors", "image_errors", "spec", "executors", "classifier", "triton"},
 }
 
 
@@ -98,3 +100,10 @@ def test_paths_named_in_the_makefile_readme_and_docs_exist():
         )
     missing = sorted(p for p in named if not (ROOT / p).exists() and p not in GENERATED)
     assert not missing, f"named but not in the tree: {missing}"
+
+
+def test_every_package_is_shipped():
+    """A package missing from pyproject's list is missing from every non-editable install."""
+    listed = re.search(r"\npackages = \[(.*?)\]", (ROOT / "pyproject.toml").read_text(), re.S).group(1)
+    found = {"tritonprep", *(f"tritonprep.{p.parent.name}" for p in PACKAGE.glob("*/__init__.py"))}
+    assert found <= set(re.findall(r'"([\w.]+)"', listed))
