@@ -16,8 +16,6 @@ from tritonprep.spec import (
     Limits,
     OutputSpec,
     PreprocessConfig,
-    parameter_table,
-    provenance_table,
 )
 
 REPO = Path(__file__).resolve().parents[2] / "model_repository"
@@ -194,12 +192,6 @@ def test_a_choice_is_checked_once_in_code_as_in_config():
         OutputSpec.from_parameters({"resize": "crop"})
     with pytest.raises(ConfigError, match="gpu_decoder must be one of"):
         DecoderOptions(gpu_decoder="cpu")
-
-
-def test_the_readme_lists_every_parameter_as_the_table_says():
-    readme = (REPO.parent / "README.md").read_text()
-    assert parameter_table() in readme, "README's parameter table differs from `python -m tritonprep.spec`"
-    assert provenance_table() in readme, "README's provenance table differs from `python -m tritonprep.spec`"
 
 
 def test_the_gpu_config_is_the_default_one_with_gpu_instances_and_batching():
