@@ -25,7 +25,7 @@ ALLOWED = {
     "kernels": {"cuda"},  # plain values only: no specs, decoders or Triton
     "executors": {"errors", "cuda", "spec", "geometry", "decode", "kernels"},
     "classifier": {"errors", "cuda", "parameters"},
-    "triton": {"errors", "image_errors", "spec", "geometry", "executors"},
+    "triton": {"errors", "cuda", "image_errors", "spec", "geometry", "executors"},
     "launcher": {"errors"},
     # the one wiring of the request/response layer to the networks (classify_fused)
     "pipeline": {"errors", "image_errors", "spec", "executors", "classifier", "triton"},
@@ -118,3 +118,13 @@ def test_every_package_is_shipped():
     found = {p for folder in re.findall(r'"([\w/]+)"', where) for p in find_packages(str(ROOT / folder))}
     expected = {"tritonprep", *(f"tritonprep.{p.parent.name}" for p in PACKAGE.glob("*/__init__.py"))}
     assert expected | {"tritonprep_client", "tritonprep_testkit"} <= found
+
+
+def test_the_layer_table_in_the_docs_is_this_table():
+    """docs/architecture.md shows the same table, part by part (so the page cannot drift from the rule)."""
+    rows = {}
+    for line in (ROOT / "docs" / "architecture.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and re.fullmatch(r"`\w+`", cells[0]):
+            rows[cells[0].strip("`")] = set(re.findall(r"`(\w+)`", cells[2]))
+    assert rows == ALLOWED
