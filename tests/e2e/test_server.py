@@ -195,5 +195,5 @@ def test_python_m_launcher_serve_runs_the_same_command():
 def test_an_unknown_option_is_our_usage_error(command):
     r = subprocess.run([*command, "--model-repositry", "x"], capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode == 2, r.stderr
-    assert "usage: tritonprep serve" in r.stderr and "unrecognized arguments: --model-repositry x" in r.stderr
+    assert "usage: tritonprep serve" in r.stderr and "unrecognized arguments: --model-repositry" in r.stderr
     assert "tritonserver" not in r.stderr.replace("[-- tritonserver args]", "")  # nothing was started

@@ -172,3 +172,31 @@ def test_the_embedders_gpu_config_is_its_config_with_a_gpu_instance_and_a_declar
     for cfg in (default, gpu):
         cfg.ClearField("instance_group")
     assert default == gpu
+
+
+@pytest.mark.parametrize("model", ["preprocess", "classifier", "classify_fused", "embedder"])
+def test_the_models_accept_the_declaration_they_ship_with(model):
+    """gpu_memory_mb is the launcher's: each model's parameter parsing takes the GPU config that carries it."""
+    from google.protobuf.json_format import MessageToDict
+
+    from tritonprep.classifier.runtimes import RuntimeOptions
+    from tritonprep.launcher.served import GPU_MEMORY_PARAM
+    from tritonprep.parameters import LAUNCHER_PARAMETERS
+    from tritonprep.pipeline.fused import split_parameters
+    from tritonprep.spec import PreprocessConfig
+
+    assert GPU_MEMORY_PARAM in LAUNCHER_PARAMETERS
+    config = read(REPO / model / "configs" / "gpu.pbtxt")
+    as_json = MessageToDict(config, preserving_proto_field_name=True)
+    for o in as_json.get("output", []):
+        o["dims"] = [int(x) for x in o.get("dims", [])]
+    params = {k: v["string_value"] for k, v in as_json["parameters"].items()}
+    assert GPU_MEMORY_PARAM in params
+    if model == "preprocess":
+        PreprocessConfig.from_model_config(as_json)
+    elif model == "classify_fused":
+        prep, net = split_parameters(params)
+        PreprocessConfig.from_parameters(prep, ["PIXELS"])
+        RuntimeOptions.from_parameters({k: v for k, v in net.items() if k != "model"}, config.max_batch_size)
+    else:
+        RuntimeOptions.from_parameters(params, config.max_batch_size)

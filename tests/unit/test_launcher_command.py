@@ -113,9 +113,15 @@ def test_serve_takes_its_own_options_and_passes_only_what_follows_the_double_das
         parse_args(["serve", "--model-repositry", "x"])  # a typo is our usage error, not tritonserver's
     assert usage.value.code == 2
     err = capsys.readouterr().err
-    assert "usage: tritonprep serve" in err and "unrecognized arguments: --model-repositry x" in err
+    assert "usage: tritonprep serve" in err and "unrecognized arguments: --model-repositry" in err
     with pytest.raises(SystemExit):
         parse_args(["--mps", "maybe"])
+    with pytest.raises(SystemExit):
+        parse_args(["serve", "--log-info", "false"])  # tritonserver's option without the --
+    assert "unrecognized arguments" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_args(["stray"])
+    assert "tritonserver's own go after --" in capsys.readouterr().err
 
 
 def test_options_refuse_unknown_mps_modes_and_budgets():

@@ -1,5 +1,5 @@
-"""The tree keeps the shape the README describes: layers that only import downwards, package docs,
-package data that matches files, and paths named in the Makefile and README that exist."""
+"""The tree keeps the shape the docs describe: layers that only import downwards, package docs,
+package data that matches files, and paths named in the Makefile, README and docs/ that exist."""
 
 from __future__ import annotations
 
@@ -16,16 +16,20 @@ PACKAGE = ROOT / "backend" / "tritonprep"
 ALLOWED = {
     "errors": set(),
     "reports": set(),  # the files instances leave for the launcher (tritonprep.reports)
-    "spec": {"errors"},
+    "cuda": {"errors"},  # CuPy's import and the sticky-CUDA-error guard of every GPU path
+    "parameters": {"errors"},  # config.pbtxt parameter tables (spec's and the runtimes')
+    # the per-image error contract: the client imports it too, so it imports nothing (standard library only)
+    "image_errors": set(),
+    "spec": {"errors", "parameters"},
     "geometry": {"errors", "spec"},
-    "decode": {"errors", "spec"},
-    "kernels": set(),  # plain values only: no specs, decoders or Triton
-    "executors": {"errors", "spec", "geometry", "decode", "kernels"},
-    "classifier": {"errors"},
-    "triton": {"errors", "reports", "spec", "geometry", "executors"},
+    "decode": {"errors", "spec", "cuda"},
+    "kernels": {"cuda"},  # plain values only: no specs, decoders or Triton
+    "executors": {"errors", "cuda", "spec", "geometry", "decode", "kernels"},
+    "classifier": {"errors", "cuda", "parameters"},
+    "triton": {"errors", "cuda", "image_errors", "reports", "spec", "geometry", "executors"},
     "launcher": {"errors", "reports"},
     # the one wiring of the request/response layer to the networks (classify_fused)
-    "pipeline": {"errors", "spec", "executors", "classifier", "triton"},
+    "pipeline": {"errors", "image_errors", "spec", "executors", "classifier", "triton"},
 }
 
 
@@ -91,13 +95,37 @@ def test_package_data_patterns_match_files():
         assert list(PACKAGE.glob(pattern)), f"package data {pattern!r} matches no file"
 
 
-def test_paths_named_in_the_makefile_and_readme_exist():
+def test_paths_named_in_the_makefile_readme_and_docs_exist():
     named = set()
-    for doc in ("Makefile", "README.md"):
+    for doc in [ROOT / "Makefile", ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         named |= set(
-            re.findall(
-                r"\b((?:scripts|tests|docker|backend|client|testkit|reports)/[\w./-]*[\w])", (ROOT / doc).read_text()
-            )
+            re.findall(r"\b((?:scripts|tests|docker|backend|client|testkit|reports)/[\w./-]*[\w])", doc.read_text())
         )
     missing = sorted(p for p in named if not (ROOT / p).exists() and p not in GENERATED)
     assert not missing, f"named but not in the tree: {missing}"
+
+
+def test_every_package_is_shipped():
+    """pyproject finds the packages under its ``where`` folders (a hand-kept list once left out
+    tritonprep.pipeline); setuptools' search there finds every package of the tree. The wheel itself is
+    built and checked in test_packaging."""
+    from setuptools import find_packages
+
+    text = (ROOT / "pyproject.toml").read_text()
+    assert "\npackages = [" not in text, (
+        "pyproject lists packages by hand; let [tool.setuptools.packages.find] find them"
+    )
+    where = re.search(r"\[tool\.setuptools\.packages\.find\]\n(?:#[^\n]*\n)*where = \[(.*?)\]", text).group(1)
+    found = {p for folder in re.findall(r'"([\w/]+)"', where) for p in find_packages(str(ROOT / folder))}
+    expected = {"tritonprep", *(f"tritonprep.{p.parent.name}" for p in PACKAGE.glob("*/__init__.py"))}
+    assert expected | {"tritonprep_client", "tritonprep_testkit"} <= found
+
+
+def test_the_layer_table_in_the_docs_is_this_table():
+    """docs/architecture.md shows the same table, part by part (so the page cannot drift from the rule)."""
+    rows = {}
+    for line in (ROOT / "docs" / "architecture.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and re.fullmatch(r"`\w+`", cells[0]):
+            rows[cells[0].strip("`")] = set(re.findall(r"`(\w+)`", cells[2]))
+    assert rows == ALLOWED

@@ -103,6 +103,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     sup = p.add_argument_group("supervision")
     sup.add_argument("--no-supervise", action="store_true", help="exit instead of restarting a failed server")
     sup.add_argument("--max-restarts", type=int, default=5, help="restarts allowed within 10 minutes (default: 5)")
+    p.add_argument("triton_args", nargs="*", metavar="-- TRITONSERVER ARGS", help="tritonserver's own arguments")
     return p
 
 
@@ -115,7 +116,10 @@ def parse_args(argv: Sequence[str], parser: argparse.ArgumentParser | None = Non
     if argv[:1] == ["serve"]:
         argv = argv[1:]
     own, extra = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
-    args = (parser or build_parser()).parse_args(own)
+    parser = parser or build_parser()
+    args = parser.parse_args(own)
+    if args.triton_args:  # a word that is no option of ours, before any --
+        parser.error(f"unrecognized arguments: {' '.join(args.triton_args)} (tritonserver's own go after --)")
     args.triton_args = extra
     return args
 
