@@ -138,7 +138,8 @@ def work_dir_paths() -> set[str]:
 def of_session(marker: str, regions_before: set[str], folders_before: set[str] | None = None) -> Leftovers:
     """What the test session with ``marker`` left (see the module's description)."""
     needle = f"{SESSION_ENV}={marker}".encode()
-    procs = [p for p in proctable.processes() if p.alive and _is_server_process(p) and needle in _environ(p.pid)]
+    candidates = [p for p in proctable.processes() if p.alive and _is_server_process(p)]
+    procs = _with_servers([p for p in candidates if needle in _environ(p.pid)], candidates)
     names, pids = _describe(procs)
     namespace = reaper.pid_namespace()
     regions = []
@@ -178,14 +179,15 @@ def of_host() -> Leftovers:
 def mps_of_host() -> list[proctable.Proc]:
     """MPS daemons and servers of tritonprep servers of this pid namespace (their pipe folder is in a work folder)."""
     head = f"{reaper.WORK_DIR_PREFIX}{reaper.pid_namespace()}-"
-    found = []
-    for p in proctable.processes():
-        if not p.alive or not _is_mps(p):
-            continue
-        folder = (proctable.environ(p.pid) or {}).get(mps.PIPE_ENV, "")
-        if head in folder:
-            found.append(p)
-    return found
+    candidates = [p for p in proctable.processes() if p.alive and _is_mps(p)]
+    found = [p for p in candidates if head in (proctable.environ(p.pid) or {}).get(mps.PIPE_ENV, "")]
+    return _with_servers(found, candidates)
+
+
+def _with_servers(found: list[proctable.Proc], candidates: list[proctable.Proc]) -> list[proctable.Proc]:
+    """``found`` and the MPS servers its daemons started (whatever their environment says)."""
+    daemons = {p.pid for p in found if p.name == mps.CONTROL}
+    return found + [p for p in candidates if p.name == mps.SERVER and p.ppid in daemons and p not in found]
 
 
 def foreign_regions() -> list[str]:

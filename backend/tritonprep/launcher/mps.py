@@ -289,15 +289,20 @@ def _wait_gone(procs: list[proctable.Proc], timeout_s: float) -> list[proctable.
 
 
 def mps_processes(pipe_dir: Path) -> list[proctable.Proc]:
-    """The MPS daemon and servers (not control commands in flight) serving ``pipe_dir`` or any folder in it."""
+    """The MPS daemons and servers (not control commands in flight) serving ``pipe_dir`` or any folder in it:
+    those whose environment names such a folder, and the servers those daemons started."""
+    candidates = [
+        p
+        for p in proctable.processes()
+        if p.alive and (p.name == SERVER or (p.name == CONTROL and bool({"-f", "-d"} & set(p.argv))))
+    ]
     found = []
-    for p in proctable.processes():
-        if not p.alive or p.name not in (CONTROL, SERVER) or (p.name == CONTROL and not {"-f", "-d"} & set(p.argv)):
-            continue
+    for p in candidates:
         folder = (proctable.environ(p.pid) or {}).get(PIPE_ENV)
         if folder is not None and (folder == str(pipe_dir) or folder.startswith(f"{pipe_dir}{os.sep}")):
             found.append(p)
-    return found
+    daemons = {p.pid for p in found if p.name == CONTROL}
+    return found + [p for p in candidates if p.name == SERVER and p.ppid in daemons and p not in found]
 
 
 def kill(procs: list[proctable.Proc]) -> list[int]:
