@@ -141,7 +141,7 @@ def _split(params: Mapping[str, str], image_outputs: Sequence[str]) -> tuple[dic
     common: dict[str, str] = {}
     own: dict[str, dict[str, str]] = {name: {} for name in image_outputs}
     for key, text in params.items():
-        if check_retired(key, text) or key in LAUNCHER_PARAMETERS:  # the launcher's (its GPU memory budget)
+        if check_retired(key, text) or (key in LAUNCHER_PARAMETERS and key not in TABLE):  # the launcher's
             continue
         output, _, name = key.rpartition(".")
         if name not in TABLE:
