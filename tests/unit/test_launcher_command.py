@@ -150,3 +150,20 @@ def test_a_stop_requested_before_the_start_exits_0_without_starting():
     stopping = threading.Event()
     stopping.set()
     assert serve(parse_args(["--model-repository", "/nonexistent"]), stopping) == 0
+
+
+def test_the_summary_rows_read_the_served_config_the_reports_and_the_gpu_memory():
+    from tritonprep.launcher.summary import model_row
+    from tritonprep.reports import InstanceReport
+
+    assert model_row("classify", {"platform": "ensemble"}, [], {}) == ("classify", "ensemble", "-", "-", "-", "-")
+    config = {
+        "instance_group": [{"count": 2, "kind": "KIND_GPU"}],
+        "parameters": {"batch_buckets": {"string_value": "1,8,32"}, "gpu_memory_mb": {"string_value": "1200"}},
+    }
+    reports = [InstanceReport("classifier", f"classifier_0_{i}", 10 + i, "GPU", 0, "onnxruntime-cuda") for i in (0, 1)]
+    row = model_row("classifier", config, reports, {10: 900, 11: 950, 99: 5000})
+    assert row == ("classifier", "GPU", "2", "onnxruntime-cuda", "1,8,32", "1850 MiB (budget 1200 MiB each)")
+    # without reports: the model's stub processes give the GPU memory, the runtime is unknown
+    assert model_row("classifier", config, [], {10: 900}, [10])[3:] == ("-", "1,8,32", "900 MiB (budget 1200 MiB each)")
+    assert model_row("postprocess", None, [], {}) == ("postprocess", "?", "?", "-", "-", "-")

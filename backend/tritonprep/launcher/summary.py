@@ -3,8 +3,9 @@
 Each GPU (name, memory), whether CUDA MPS is on, what the GPU memory budget chose, and per model its
 kind, instance count, runtime, batch buckets and GPU memory, then the time to ready. It reads what the
 server serves (the model-config API, with the admin header), the instances' reports
-(:mod:`tritonprep.reports`: the runtime each instance loaded) and ``nvidia-smi`` where present (the GPU
-memory each instance's process holds).
+(:mod:`tritonprep.reports`: the runtime each instance loaded; "-" where an instance wrote none) and
+``nvidia-smi`` where present (the GPU memory each instance's process holds: the reports' pids, else the
+model's stub processes).
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 from .. import reports
 from .install import gpu_info, visible_gpus
 from .process import EmbeddedServer
+from .supervise import stub_processes
 
 _HEAD = ("model", "kind", "instances", "runtime", "buckets", "GPU memory")
 
@@ -53,7 +56,11 @@ def _parameter(config: dict[str, Any], *names: str) -> str:
 
 
 def model_row(
-    name: str, config: dict[str, Any] | None, instances: list[reports.InstanceReport], memory: dict[int, int]
+    name: str,
+    config: dict[str, Any] | None,
+    instances: list[reports.InstanceReport],
+    memory: dict[int, int],
+    stubs: Sequence[int] = (),
 ) -> tuple[str, ...]:
     """One model's line of the table."""
     if config is None:
@@ -67,7 +74,8 @@ def model_row(
     buckets = _parameter(config, "batch_buckets", "network.batch_buckets")
     if not buckets and instances and instances[0].buckets:
         buckets = ",".join(map(str, instances[0].buckets))
-    held = [memory[r.pid] for r in instances if r.pid in memory]
+    pids = [r.pid for r in instances] or list(stubs)  # the reports' pids, else the model's stub processes
+    held = [memory[pid] for pid in pids if pid in memory]
     declared = _parameter(config, "gpu_memory_mb")
     gpu = f"{sum(held)} MiB" if held else "-"
     if declared:
@@ -101,7 +109,10 @@ def summary(server: EmbeddedServer) -> str:
     for report in reports.read_instances(folder) if folder is not None else []:
         by_model[report.model].append(report)
     memory = process_gpu_memory()
+    stubs: dict[str, list[int]] = defaultdict(list)
+    for stub in stub_processes(server.pid) if server.pid is not None else []:
+        stubs[stub.model].append(stub.pid)
     rows = [_HEAD]
     for name in sorted(server.model_states()):
-        rows.append(model_row(name, server.model_config(name), by_model.get(name, []), memory))
+        rows.append(model_row(name, server.model_config(name), by_model.get(name, []), memory, stubs.get(name, [])))
     return "\n".join(lines + _table(rows))
