@@ -64,6 +64,8 @@ READY_TIMEOUT_S = 15.0
 QUIT_TIMEOUT_S = 5.0
 #: a Unix socket's path holds at most 107 bytes; the daemon's sockets are named inside the pipe folder
 MAX_PIPE_DIR = 80
+#: why MPS does not run where its binaries are missing (``auto`` then means off, which is no problem)
+NOT_INSTALLED = f"{CONTROL} is not installed (it comes with the NVIDIA driver's utilities)"
 
 
 def folders(work_dir: Path) -> tuple[Path, Path]:
@@ -87,7 +89,7 @@ def _nvidia_smi(args: list[str], env: Mapping[str, str]) -> list[list[str]] | No
 def unavailable(env: Mapping[str, str], pipe_dir: Path) -> str | None:
     """Why MPS cannot run for a server with environment ``env`` (its GPUs), or None if it can be tried."""
     if shutil.which(CONTROL, path=env.get("PATH")) is None:
-        return f"{CONTROL} is not installed (it comes with the NVIDIA driver's utilities)"
+        return NOT_INSTALLED
     if len(str(pipe_dir)) > MAX_PIPE_DIR:
         return f"the pipe folder {pipe_dir} is too long for a Unix socket (set TMPDIR to a shorter folder)"
     return compute_mode_problem(env)

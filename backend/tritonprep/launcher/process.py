@@ -279,7 +279,8 @@ class EmbeddedServer:
             if message.enabled:
                 log.info("CUDA MPS on: a private daemon for this server (%s)", message.detail)
             elif self._mps_mode == "auto":  # the launcher's own reasons (no GPU, --mps off) are set already
-                log.warning("serving without CUDA MPS: %s", message.detail)
+                quiet = message.detail == mps.NOT_INSTALLED  # auto means "where installed": not a problem
+                (log.info if quiet else log.warning)("serving without CUDA MPS: %s", message.detail)
         elif isinstance(message, Error):
             self._errors.append(message.message)
             log.error("watchdog: %s", message.message)
