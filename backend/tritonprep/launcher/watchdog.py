@@ -209,7 +209,7 @@ class Watchdog:
                 log.error("MPS cannot start: %s", e)
                 self.report(Error(f"MPS cannot start: {e}"))
                 return None
-            log.warning("serving without CUDA MPS: %s", e)
+            log.info("CUDA MPS off: %s", e)  # the launcher says it to the user, at the level it deserves
             self.report(Mps(False, str(e)))
             return env
         self.mps = daemon
