@@ -224,6 +224,7 @@ def test_the_watchdog_starts_the_daemon_first_and_quits_it_after_tritonserver(fa
     assert w.wait_for(Cleaned) == Cleaned((), 0, "quit")  # nothing left to kill
     assert Cleaned((), 0, "quit").nothing_killed
     assert recorded(fake)[-1] == "quit" and mps.mps_processes(work) == [] and not work.exists()
+    assert not [c for c in recorded(fake) if c.startswith(("terminate_client", "shutdown_server"))]  # a clean stop
     assert start_time(started.pid) is None  # type: ignore[attr-defined]
 
 
@@ -241,6 +242,8 @@ def test_a_client_killed_after_the_grace_is_terminated_through_mps_first(fake, w
         i for i, c in enumerate(commands) if c.startswith("terminate_client") and c.endswith(f" {started.pid}")
     ]  # type: ignore[attr-defined]
     assert terminate and terminate[0] < commands.index("quit"), commands
+    shutdown = [c for c in commands if c.startswith("shutdown_server ") and c.endswith(" -f")]
+    assert shutdown and commands.index(shutdown[0]) < commands.index("quit"), commands  # a fault: no waiting
     assert mps.mps_processes(work) == []
 
 

@@ -253,11 +253,13 @@ class MpsDaemon:
         """True while the daemon process runs."""
         return self.process is not None and self.process.poll() is None
 
-    def quit(self) -> str:
+    def quit(self, force: bool = False) -> str:
         """End the daemon and its MPS servers: ``quit``, then SIGKILL by pid what is left.
 
-        Returns "quit" when the daemon and its servers went when asked, "killed" when something had to
-        be killed, "none" when no daemon was started.
+        With ``force`` (clients had to be ended: a fault), each MPS server is first shut down at once
+        (``shutdown_server <pid> -f``) instead of waiting for it to wind down. Returns "quit" when the
+        daemon and its servers went when asked, "killed" when something had to be killed, "none" when no
+        daemon was started.
         """
         if self.process is None:
             return "none"
@@ -266,6 +268,9 @@ class MpsDaemon:
         outcome = "quit"
         if daemon.poll() is None:
             try:
+                if force:
+                    for server in self.servers():
+                        self.command(f"shutdown_server {server} -f")
                 self.command("quit")
                 daemon.wait(QUIT_TIMEOUT_S)
             except (ServerError, subprocess.TimeoutExpired) as e:

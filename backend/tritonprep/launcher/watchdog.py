@@ -117,6 +117,7 @@ class Watchdog:
         self.log_filter: subprocess.Popen[bytes] | None = None
         #: processes the watchdog SIGKILLed (tritonserver after its grace, leftovers)
         self.killed: list[int] = []
+        self._clients_ended = False  # MPS clients had their GPU work ended: their MPS server is shut down at once
         self.stop_reason: str | None = None
         self._lifeline = LineBuffer()
 
@@ -313,6 +314,7 @@ class Watchdog:
         if self.mps is not None and self.mps.running():
             ended = self.mps.terminate_clients(set(pids))
             if ended:
+                self._clients_ended = True
                 log.info("MPS: ended the GPU work of clients %s before killing them", ended)
 
     def _stop(self, server: subprocess.Popen[bytes]) -> None:
@@ -341,7 +343,7 @@ class Watchdog:
         """Quit the MPS daemon (after tritonserver and its stubs are gone); how it ended."""
         if self.mps is None:
             return "none"
-        outcome = self.mps.quit()
+        outcome = self.mps.quit(force=self._clients_ended)
         log.info("CUDA MPS: control daemon pid %s %s", self.mps.pid, "quit" if outcome == "quit" else "killed")
         return outcome
 
