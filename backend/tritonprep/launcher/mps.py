@@ -12,7 +12,8 @@ daemon), a crashed tritonserver (the same clean-up) or a restart. A restart afte
 MPS server with no poisoned clients: after a sticky CUDA error the MPS server of that GPU refuses new
 clients (error 807) until every client of it has exited, and a per-start daemon is simply replaced. The
 watchdog never SIGKILLs the daemon before it was asked to ``quit``; before it SIGKILLs a client it asks
-the daemon to ``terminate_client`` it (a client killed by a signal without that is unsupported by MPS).
+the daemon to ``terminate_client`` it (a client killed by a signal without that is unsupported by MPS),
+and after that it shuts the MPS server down at once (``shutdown_server <pid> -f``) before the ``quit``.
 Should the watchdog die too, its launcher's :meth:`~.process.EmbeddedServer.stop`, or the next start's
 sweep (:func:`~.reaper.sweep`, which knows a dead launcher's daemon by its pipe folder), ends it.
 
