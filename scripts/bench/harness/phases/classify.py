@@ -1,0 +1,49 @@
+"""Phase ``classify``: the whole job, JPEG in, predictions out.
+
+Once per run (one process each): the classifier alone (ONNX Runtime CUDA EP variants,
+``scripts.bench.classifier_bench ort``), the network ceiling in PyTorch (``--torch-python``) and the
+pipeline a user would hand-roll (DALI feeding the same ONNX Runtime runtime). Per server setting: the
+``classify`` ensemble and the one-process ``classify_fused`` side by side on one server, point by point, at
+1, 8 and 32 images/request (``--points goals``: the points the goals read).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ..external import run_json_lines
+from ..repos import HERE, make_repo
+from ..run import Run
+from ..settings import Setting
+
+#: (images per request, concurrencies) of classify and classify_fused, measured side by side
+CLASSIFY_POINTS = [(1, [1]), (1, [16, 64]), (8, [16, 64]), (32, [8, 16])]
+#: ``--points goals``: only what the goals read (c=1, 8 images/request at c=64, 32 at c=8 and 16)
+GOAL_POINTS = [(1, [1]), (8, [64]), (32, [8, 16])]
+
+
+def _classifier_bench(*args: str) -> list[str]:
+    return [sys.executable, "-m", "scripts.bench.classifier_bench", *args, "--out", "{out}"]
+
+
+def once(run: Run, args: argparse.Namespace) -> None:
+    """The classifier alone, PyTorch's ceiling, DALI feeding ONNX Runtime."""
+    if "classifier" not in args.skip:
+        run.add_rows(run_json_lines(_classifier_bench("ort")))
+    if args.torch_python and "torch" not in args.skip:
+        run.add_rows(run_json_lines([args.torch_python, str(HERE / "torch_ceiling.py")],
+                                    env={"PYTHONPATH": os.environ.get("TORCH_EXTRA_PATH", "")}))  # fmt: skip
+    if "dali" not in args.skip:
+        run.add_rows(run_json_lines([*_classifier_bench("dali"), "--images", str(run.folders["500x375"])]))
+
+
+def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
+    """classify and classify_fused at every point, on one server."""
+    with run.serve("classify", make_repo(run.work / "repo-classify", with_classify=True), setting) as srv:
+        run.summary["classifier_runtime"] = srv.log_lines("classifier instance", 1)
+        for n, conc in GOAL_POINTS if args.points == "goals" else CLASSIFY_POINTS:
+            for model in ("classify", "classify_fused"):
+                run.sweep(model, srv, model, [n], conc)
+        run.summary["classify_log"] = srv.log_lines("classifier", 6)

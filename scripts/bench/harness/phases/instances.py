@@ -1,0 +1,60 @@
+"""Phase ``instances``: instance counts per model, and MPS's per-client share of the SMs, by measurement.
+
+Serves a benchmark copy of the repository for every combination of ``--instances`` (e.g.
+``"preprocess=2,4;classifier=1,2;postprocess=1,4;classify_fused=2,4"``; a model not named keeps its
+shipped count) and of ``--mps-threads`` (``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` in the server's
+environment: each MPS client's share of the SMs; it only matters under MPS, so run the phase with
+``--mps on``), and measures ``classify`` and ``classify_fused`` at 8 images/request (c=64) and 32 (c=16)
+on each. The report ranks the combinations per model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from ..repos import make_repo
+from ..run import Run
+from ..settings import Setting, instance_grid, instances_label, parse_instances, parse_percentages
+
+log = logging.getLogger("harness")
+
+#: (images per request, concurrencies) measured on each combination
+INSTANCE_POINTS = [(8, [64]), (32, [16])]
+MODELS = ("classify", "classify_fused")
+MPS_THREADS_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+_SHORT = {"preprocess": "p", "classifier": "c", "postprocess": "pp", "classify_fused": "f"}
+
+
+def tag_of(counts: dict[str, int], percentage: int | None) -> str:
+    """A server tag such as ``inst-p4-c2-t50`` (``inst-shipped`` for the shipped counts)."""
+    parts = [f"{_SHORT[m]}{n}" for m, n in counts.items()] or ["shipped"]
+    return "-".join(["inst", *parts, *([f"t{percentage}"] if percentage is not None else [])])
+
+
+def label_of(counts: dict[str, int], percentage: int | None) -> str:
+    """``preprocess x4, classifier x2, MPS threads 50 %``."""
+    return instances_label(counts) + (f", MPS threads {percentage} %" if percentage is not None else "")
+
+
+def plan(args: argparse.Namespace) -> list[tuple[dict[str, int], int | None]]:
+    """Every (instance counts, thread percentage) to serve, in order."""
+    return [(c, p) for c in instance_grid(parse_instances(args.instances)) for p in parse_percentages(args.mps_threads)]
+
+
+def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
+    """One server per combination; classify and classify_fused at each point on it."""
+    combos = plan(args)
+    if args.mps_threads and setting.mps != "on":
+        log.warning("--mps-threads sets %s, which only an MPS client reads; this setting is %s", MPS_THREADS_ENV,
+                    setting.label)  # fmt: skip
+    log.info("instances phase (%s): %d server(s)", setting.label, len(combos))
+    for counts, percentage in combos:
+        tag = tag_of(counts, percentage)
+        env = {MPS_THREADS_ENV: str(percentage)} if percentage is not None else None
+        repo = make_repo(run.work / f"repo-{tag}", with_classify=True, with_sinks=False, counts=counts)
+        with run.serve(tag, repo, setting, env=env) as srv:
+            for n, conc in INSTANCE_POINTS:
+                for model in MODELS:
+                    run.sweep(f"{model} {label_of(counts, percentage)}", srv, model, [n], conc, kind="instances",
+                              instances=instances_label(counts), mps_threads=percentage or "")  # fmt: skip

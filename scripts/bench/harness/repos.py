@@ -1,0 +1,138 @@
+"""Benchmark copies of the model repository: the shipped configs with the harness's overrides.
+
+Every copy has ``preprocess`` (the shipped GPU config, its instances, queue delay and decoders
+overridable) and, where asked, the sinks (``sink``, ``null_prep`` and the ``prep_sink`` / ``null_sink``
+ensembles) and the classify models (``classifier``, ``postprocess``, ``classify``, ``classify_fused``).
+Queues are opened up (capacity, not overload protection, is measured), and instance counts can be set
+per model in every config a server may pick (``config.pbtxt`` and ``configs/*.pbtxt``).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from scripts.bench import decode_once
+from tritonprep_testkit.servers import REPO
+
+HERE = Path(__file__).resolve().parents[1]  # scripts/bench
+SOURCE = REPO / "model_repository"
+SHIPPED_GPU_CONFIG = SOURCE / "preprocess" / "configs" / "gpu.pbtxt"
+CLASSIFY_MODELS = ("classifier", "postprocess", "classify", "classify_fused")
+SINK_MODELS = ("sink", "prep_sink", "null_prep", "null_sink")
+_INSTANCE_GROUP = re.compile(r"instance_group \[.*?\]", re.S)
+
+
+def _set(text: str, pattern: str, value: str) -> str:
+    new, n = re.subn(pattern, value, text, flags=re.S)
+    if n == 0:
+        raise ValueError(f"{pattern!r} not found in the config")
+    return new
+
+
+def _param(text: str, key: str, value: str) -> str:
+    line = f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}'
+    if f'key: "{key}"' in text:
+        return re.sub(rf'parameters \{{ key: "{key}" value: \{{ string_value: "[^"]*" \}} \}}', line, text)
+    return text + line + "\n"
+
+
+def model_configs(model_dir: Path) -> list[Path]:
+    """Every config of a model that a server may pick: ``config.pbtxt`` and ``configs/*.pbtxt``."""
+    return [p for p in [model_dir / "config.pbtxt", *sorted((model_dir / "configs").glob("*.pbtxt"))] if p.is_file()]
+
+
+def instance_count(text: str) -> int:
+    """The instance count of a config's (single) instance group."""
+    group = _INSTANCE_GROUP.search(text)
+    count = re.search(r"count: (\d+)", group.group(0)) if group else None
+    if count is None:
+        raise ValueError("no instance_group with a count in the config")
+    return int(count.group(1))
+
+
+def with_instances(text: str, count: int, kind: str | None = None) -> str:
+    """The config with its instance group's count (and kind, if given) replaced."""
+    group = _INSTANCE_GROUP.search(text)
+    if group is None:
+        raise ValueError("no instance_group in the config")
+    old_kind = re.search(r"kind: (KIND_\w+)", group.group(0))
+    new = f"instance_group [ {{ count: {count}, kind: {kind or (old_kind.group(1) if old_kind else 'KIND_AUTO')} }} ]"
+    return text[: group.start()] + new + text[group.end() :]
+
+
+def set_instance_count(model_dir: Path, count: int) -> None:
+    """Set the instance count in every config of a copied model, keeping each config's kind (a linked config
+    becomes a file of its own: the source is never written)."""
+    for cfg in model_configs(model_dir):
+        text = with_instances(cfg.read_text(), count)
+        cfg.unlink()
+        cfg.write_text(text)
+
+
+def make_repo(
+    dest: Path,
+    *,
+    executor: str = "gpu",
+    instances: int | None = None,
+    queue_delay_us: int | None = None,
+    hw_decoders: int | None = None,
+    cpu_threads: int = 0,
+    with_classify: bool = False,
+    with_sinks: bool = True,
+    counts: dict[str, int] | None = None,
+) -> Path:
+    """A repository with preprocess (the shipped GPU config, overridden where asked), and the sinks (``null_prep``
+    with preprocess's instances and queue delay) and the classify models where asked; ``counts`` sets the instance
+    counts of models by name (``preprocess``, ``classifier``, ``postprocess``, ``classify_fused``)."""
+    counts = dict(counts or {})
+    if "preprocess" in counts:
+        instances = counts.pop("preprocess") if instances is None else instances
+    unknown = sorted(set(counts) - set(CLASSIFY_MODELS))
+    if unknown or (counts and not with_classify):
+        raise ValueError(f"instance counts for {unknown or sorted(counts)}: not classify models of this repository")
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    shutil.copytree(SOURCE / "preprocess", dest / "preprocess", ignore=shutil.ignore_patterns("configs", "__pycache__"))
+    text = SHIPPED_GPU_CONFIG.read_text()
+    kind = "KIND_GPU" if executor == "gpu" else "KIND_CPU"
+    count = instances or instance_count(text)
+    text = with_instances(text, count, kind)
+    if queue_delay_us is not None:
+        text = _set(text, r"max_queue_delay_microseconds: \d+", f"max_queue_delay_microseconds: {queue_delay_us}")
+    delay = int(re.search(r"max_queue_delay_microseconds: (\d+)", text).group(1))
+    text = _param(text, "executor", executor)
+    if hw_decoders is not None:
+        text = _param(text, "hw_decoders", str(hw_decoders))
+    if cpu_threads:
+        text = _param(text, "cpu_threads", str(cpu_threads))
+    (dest / "preprocess" / "config.pbtxt").write_text(text)
+    decode_once.open_queues(dest / "preprocess")
+    if with_sinks:
+        for model in SINK_MODELS:
+            shutil.copytree(HERE / "models" / model, dest / model)
+        null_cfg = dest / "null_prep" / "config.pbtxt"
+        null = with_instances(null_cfg.read_text(), count, "KIND_GPU")
+        null_cfg.write_text(_set(null, r"max_queue_delay_microseconds: \d+", f"max_queue_delay_microseconds: {delay}"))
+        sink_cfg = dest / "sink" / "config.pbtxt"
+        sink_cfg.write_text(with_instances(sink_cfg.read_text(), 2, kind))
+    if with_classify:
+        for model in CLASSIFY_MODELS:
+            shutil.copytree(SOURCE / model, dest / model, ignore=shutil.ignore_patterns("*.plan", "__pycache__"))
+            decode_once.open_queues(dest / model)
+        for model, n in counts.items():
+            set_instance_count(dest / model, n)
+    return dest
+
+
+def repo_counts(repo: Path) -> dict[str, int]:
+    """The instance count of each model of a repository in the config a GPU server picks (``configs/gpu.pbtxt``
+    where there is one, else ``config.pbtxt``)."""
+    found = {}
+    for model_dir in sorted(p for p in repo.iterdir() if (p / "config.pbtxt").is_file()):
+        gpu = model_dir / "configs" / "gpu.pbtxt"
+        text = (gpu if gpu.is_file() else model_dir / "config.pbtxt").read_text()
+        if _INSTANCE_GROUP.search(text):
+            found[model_dir.name] = instance_count(text)
+    return found
