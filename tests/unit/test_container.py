@@ -784,18 +784,33 @@ def test_perf_input_data_serializes_each_image_as_one_bytes_element(tmp_path, jp
 
 
 # ---------------------------------------------------------------------------- the deployment page's commands
-def test_documented_container_commands_name_real_files_services_and_settings(raw_compose):
+def test_documented_container_commands_name_real_files_services_profiles_and_settings(raw_compose):
     section = (ROOT / "docs" / "deployment.md").read_text().split("\n## Containers\n", 1)[1].split("\n## ", 1)[0]
     commands = "\n".join(re.findall(r"```bash\n(.*?)```", section, re.S))
     assert "docker compose -f docker/compose.yaml up -d --build" in commands
-    services = set(raw_compose["services"])
-    for name in re.findall(r"docker compose -f docker/compose.yaml (?:logs|--profile perf run --rm) (\S+)", commands):
+    services = raw_compose["services"]
+    for name in re.findall(
+        r"docker compose -f docker/compose.yaml (?:logs|--profile \w+ --profile perf run --rm) (\S+)", commands
+    ):
         assert name in services, name
+    profiles = {p for s in services.values() for p in s["profiles"]}
+    for profile in re.findall(r"--profile (\w+)", commands) + re.findall(r"COMPOSE_PROFILES=(\w+)", commands):
+        assert profile in profiles, profile
+    # every image choice has its commands: the printf that writes docker/.env names the profile
+    assert set(re.findall(r"COMPOSE_PROFILES=(\w+)", commands)) == {"ngc", "cpu"}
     compose_text = COMPOSE.read_text()
-    written = re.findall(r"([A-Z][A-Z_]+)=%s", commands)  # what the printf writes into docker/.env
-    assert set(written) == {"TRITON_ADMIN_KEY", "PERF_UID", "PERF_GID"}
+    written = set(re.findall(r"([A-Z][A-Z_]+)=%s", commands))  # what the printf writes into docker/.env
+    assert written == {"TRITON_ADMIN_KEY", "PERF_UID", "PERF_GID"}
     for var in written:
         assert "${" + var in compose_text, var
-    for path in set(re.findall(r"\b((?:docker|scripts)/[\w./-]+)", commands)):
+    for path in set(re.findall(r"\b((?:docker|scripts|tests)/[\w./-]+)", section)):
         if path not in ("docker/.env", "docker/perf/classify.csv"):
             assert (ROOT / path).exists(), path
+    # every setting the compose file reads is in the settings table, and the table names no other
+    table = set(re.findall(r"^\| `([A-Z_]+)`(?:, `([A-Z_]+)`)*(?:, `([A-Z_]+)`)?", section, re.M))
+    documented = {v for row in table for v in row if v} | set(
+        re.findall(r"`(TRITON_(?:HTTP|GRPC|METRICS)_PORT|PERF_[UG]ID)`", section)
+    )
+    read = set(re.findall(r"\$\{([A-Z_]+)", compose_text)) - {"CUDA_MPS_PIPE_DIRECTORY"}
+    assert read <= documented, sorted(read - documented)
+    assert documented - {"COMPOSE_PROFILES"} <= read, sorted(documented - read)
