@@ -45,6 +45,9 @@ fail() {
 }
 
 mkdir -p "$CACHE"
+# one run per checkout at a time (so a daemon found here later is a killed run's, never a running one's)
+exec 9>"$CACHE/lock"
+flock -w 120 9 || fail "another make test-compose (or a command a killed one started) holds $CACHE/lock"
 export DOCKER_HOST=unix://$SOCK
 export DOCKER_CONFIG=$CACHE/docker-config
 # a developer's docker/.env must not change the test: compose reads this empty file instead
@@ -55,7 +58,6 @@ COMPOSE=(docker compose --env-file "$CACHE/empty.env" -p "$PROJECT" -f "$ROOT/do
 # ------------------------------------------------------------------------------------------ cleanup
 DOCKERD_PID=
 STACK_UP=
-CREATED_RUN_CONTAINERD=
 unmount_under() { # every mount below $1, deepest first
   local prefix=$1 m
   while read -r m; do
@@ -87,9 +89,9 @@ cleanup() {
   fi
   unmount_under "$CACHE"
   rm -rf "$EXEC_ROOT" "$CACHE/rootfs" "$SOCK" "$CACHE/dockerd.pid"
-  if [ -n "$CREATED_RUN_CONTAINERD" ]; then
-    rmdir /run/containerd/s /run/containerd 2>/dev/null || true
-  fi
+  # the shims' socket folder, which containerd puts under /run whatever its root: removed only when
+  # empty (a containerd of the system keeps its sockets there, and rmdir leaves a folder that has any)
+  rmdir /run/containerd/s 2>/dev/null && rmdir /run/containerd 2>/dev/null || true
   exit "$code"
 }
 trap cleanup EXIT
@@ -124,11 +126,10 @@ if [ -f "$CACHE/dockerd.pid" ]; then # a killed earlier run's daemon: ours, by i
 fi
 unmount_under "$CACHE"
 rm -rf "$EXEC_ROOT" "$SOCK"
-[ -d /run/containerd ] || CREATED_RUN_CONTAINERD=1
 mkdir -p "$CACHE/data" "$EXEC_ROOT"
 dockerd --storage-driver vfs --iptables=false --ip6tables=false --bridge=none \
   --data-root "$CACHE/data" --exec-root "$EXEC_ROOT" --pidfile "$CACHE/dockerd.pid" \
-  -H "unix://$SOCK" >"$CACHE/dockerd.log" 2>&1 &
+  -H "unix://$SOCK" >"$CACHE/dockerd.log" 2>&1 9>&- &
 DOCKERD_PID=$!
 for _ in $(seq 120); do
   docker version >/dev/null 2>&1 && break
