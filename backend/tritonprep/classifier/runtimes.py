@@ -7,17 +7,9 @@ libraries are, else ONNX Runtime on the CPU. A GPU instance that falls back to t
 one log line naming what to install. The container serves the same network with Triton's own
 ``tensorrt_plan`` backend instead (see docker/).
 
-The classifier config's ``parameters`` (all optional; :data:`PARAMETERS`)::
-
-    runtime        auto | tensorrt | onnxruntime
-    precision      fp16 | fp32    GPU runtimes (FP16 weights and math, FP32 input/output); the CPU runs FP32
-    layout         nhwc | nchw    the GPU runtime's internal layout (the input stays NCHW)
-    cuda_graphs    true | false   replay each bucket as a CUDA graph
-    batch_buckets  "1,2,4,...,64" batch sizes the GPU runtime runs at (default: powers of two up to
-                                  max_batch_size); a batch is padded up to the next one, and one larger
-                                  than the largest runs in chunks of it (each bucket holds its own
-                                  ONNX Runtime session and memory: fewer, smaller buckets, less memory)
-    gpu_mem_limit_mb  "0"         cap of each bucket's ONNX Runtime arena (0: none)
+The classifier's and the embedder's config ``parameters`` (all optional) are the rows of
+:data:`RUNTIME_PARAMETERS`, the one place that names them, their defaults and meaning;
+``python -m tritonprep.classifier.runtimes`` prints them as the docs' table.
 """
 
 from __future__ import annotations
@@ -32,6 +24,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..errors import ConfigError, RuntimeUnavailable
+from ..parameters import Parameter, check_choice, markdown_table, read_bool, read_ints, read_lower, read_whole
 from .engines import EngineBuildError
 from .ort_cuda import GPU_INSTALL_HINT, OrtCudaRuntime, cuda_provider_available, import_onnxruntime
 
@@ -59,65 +52,104 @@ class Runtime(Protocol):
         ...
 
 
-def _bool(name: str, text: str) -> bool:
-    value = text.strip().lower()
-    if value not in ("true", "false"):
-        raise ConfigError(f"classifier parameter {name!r} must be true or false, got {text!r}")
-    return value == "true"
-
-
-def _choice(name: str, text: str, choices: tuple[str, ...]) -> str:
-    value = text.strip().lower()
-    if value not in choices:
-        raise ConfigError(f"classifier parameter {name!r} must be one of {', '.join(choices)}; got {text!r}")
-    return value
-
-
-def _ints(name: str, text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise ConfigError(f"classifier parameter {name!r} must be comma-separated integers, got {text!r}") from None
+#: every parameter of a network model (classifier, embedder; ``network.``-prefixed in classify_fused)
+RUNTIME_PARAMETERS: tuple[Parameter, ...] = (
+    Parameter(
+        "runtime",
+        "runtime",
+        read_lower,
+        "auto",
+        "auto (TensorRT where the tensorrt package is installed, else ONNX Runtime's CUDA EP on a GPU instance, "
+        "else ONNX Runtime on the CPU), tensorrt or onnxruntime",
+    ),
+    Parameter(
+        "precision",
+        "precision",
+        read_lower,
+        "fp16",
+        "fp16 or fp32: the GPU runtimes' weights and math (input and output stay FP32); the CPU runs FP32",
+    ),
+    Parameter(
+        "layout", "layout", read_lower, "nhwc", "nhwc or nchw: the GPU runtime's internal layout (the input stays NCHW)"
+    ),
+    Parameter("cuda_graphs", "cuda_graphs", read_bool, "true", "replay each batch bucket as a CUDA graph"),
+    Parameter(
+        "batch_buckets",
+        "batch_buckets",
+        read_ints(),
+        "",
+        "batch sizes the GPU runtime runs at (empty: the powers of two up to max_batch_size); a batch is padded "
+        "up to the next one, one larger than the largest runs in chunks of it; each holds its own ONNX Runtime "
+        "session and memory",
+    ),
+    Parameter(
+        "gpu_mem_limit_mb",
+        "gpu_mem_limit_mb",
+        read_whole,
+        "0",
+        "cap of each bucket's ONNX Runtime arena in MiB (0: none)",
+    ),
+)
+_TABLE = {p.name: p for p in RUNTIME_PARAMETERS}
+#: parameters of a network model's config that Triton's Python backend reads itself
+BACKEND_PARAMETERS = frozenset({"FORCE_CPU_ONLY_INPUT_TENSORS"})
 
 
 @dataclass(frozen=True)
 class RuntimeOptions:
-    """How the classifier runs; read from its config's ``parameters``."""
+    """How the network runs; built from its config's ``parameters`` by :data:`RUNTIME_PARAMETERS`."""
 
     runtime: str = "auto"
     precision: str = "fp16"
     layout: str = "nhwc"
     cuda_graphs: bool = True
+    #: empty: every power of two up to max_batch_size (:meth:`from_parameters` fills them in)
     batch_buckets: tuple[int, ...] = ()
     gpu_mem_limit_mb: int = 0
+
+    def __post_init__(self) -> None:
+        for name, choices in (("runtime", RUNTIME_CHOICES), ("precision", PRECISIONS), ("layout", LAYOUTS)):
+            try:
+                check_choice(name, getattr(self, name), choices)
+            except ConfigError as e:
+                raise ConfigError(f"classifier parameter {e}") from None
+        buckets = self.batch_buckets
+        if buckets and (sorted(set(buckets)) != list(buckets) or buckets[0] < 1):
+            raise ConfigError(f"batch_buckets must be increasing positive sizes, got {list(buckets)}")
 
     @classmethod
     def from_parameters(cls, params: Mapping[str, str], max_batch: int) -> RuntimeOptions:
         """Options from ``{name: string}``; buckets default to the powers of two up to ``max_batch``."""
-        known = {"runtime", "precision", "layout", "cuda_graphs", "batch_buckets", "gpu_mem_limit_mb"}
-        ignored = {"FORCE_CPU_ONLY_INPUT_TENSORS"}  # the Python backend's own
-        unknown = sorted(set(params) - known - ignored)
+        unknown = sorted(set(params) - set(_TABLE) - BACKEND_PARAMETERS)
         if unknown:
-            raise ConfigError(f"unknown classifier parameter(s) {unknown}; known: {sorted(known)}")
-        buckets = _ints("batch_buckets", params["batch_buckets"]) if params.get("batch_buckets") else ()
-        if not buckets:
-            buckets = tuple(1 << k for k in range(max_batch.bit_length()) if 1 << k < max_batch) + (max_batch,)
+            raise ConfigError(f"unknown classifier parameter(s) {unknown}; known: {sorted(_TABLE)}")
+        values: dict[str, Any] = {}
+        for name, text in params.items():
+            if name in _TABLE:
+                try:
+                    values.update(_TABLE[name].values(text))
+                except ConfigError as e:
+                    raise ConfigError(f"classifier {e}") from None
+        buckets = values.get("batch_buckets") or default_buckets(max_batch)
         if sorted(set(buckets)) != list(buckets) or buckets[0] < 1 or buckets[-1] > max_batch:
             raise ConfigError(
                 f"batch_buckets must be increasing positive sizes up to max_batch_size ({max_batch}), "
                 f"got {list(buckets)}"
             )
-        limit = params.get("gpu_mem_limit_mb", "0").strip() or "0"
-        if not limit.isdigit():
-            raise ConfigError(f"classifier parameter 'gpu_mem_limit_mb' must be a whole number, got {limit!r}")
-        return cls(
-            runtime=_choice("runtime", params.get("runtime", "auto"), RUNTIME_CHOICES),
-            precision=_choice("precision", params.get("precision", "fp16"), PRECISIONS),
-            layout=_choice("layout", params.get("layout", "nhwc"), LAYOUTS),
-            cuda_graphs=_bool("cuda_graphs", params.get("cuda_graphs", "true")),
-            batch_buckets=buckets,
-            gpu_mem_limit_mb=int(limit),
-        )
+        return cls(**{**values, "batch_buckets": buckets})
+
+
+def default_buckets(max_batch: int) -> tuple[int, ...]:
+    """The powers of two below ``max_batch``, and ``max_batch``."""
+    return tuple(1 << k for k in range(max_batch.bit_length()) if 1 << k < max_batch) + (max_batch,)
+
+
+def runtime_parameter_table() -> str:
+    """The network models' parameters as a Markdown table (name, default, meaning), as the docs show them."""
+    return markdown_table(
+        ("parameter", "default", "meaning"),
+        ((f"`{p.name}`", f"`{p.default}`" if p.default else "(empty)", p.help) for p in RUNTIME_PARAMETERS),
+    )
 
 
 class OrtCpuRuntime:
@@ -227,3 +259,9 @@ def load_runtime(
             )
     threads = int(os.environ.get("TRITONPREP_ORT_THREADS", "0"))
     return OrtCpuRuntime(onnx_path, threads)
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.stdout.write(runtime_parameter_table() + "\n")

@@ -7,8 +7,9 @@ pool and uploaded in one copy; then, for each image output of the config, one ke
 resizes, crops or letterboxes, normalizes and lays out the images that output is wanted for
 into its batch, which stays on the GPU and leaves the model through DLPack. Each image is
 decoded once, however many outputs read it. All GPU work is ordered on this instance's own CUDA stream
-(the decoder objects decode on streams of their own, joined to it by events: hw_decoder_streams),
-synchronized once at the end, because Triton reads the outputs right after ``execute``.
+(the decoder objects decode on streams of their own, joined to it by events), synchronized once at
+the end, because Triton reads the outputs right after ``execute``. A sticky CUDA error on the way
+raises :class:`~tritonprep.errors.InstanceFailed` (:func:`tritonprep.cuda.cuda_fault_guard`).
 """
 
 from __future__ import annotations
@@ -17,17 +18,19 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from ..cuda import cuda_fault_guard, import_cupy
 from ..decode import ImageHeader, validate
-from ..decode.nvimgcodec import DecodedImage, GpuDecoder, import_cupy
+from ..decode.nvimgcodec import DecodedImage, GpuDecoder
 from ..decode.pillow import decode_rgb
-from ..errors import STICKY_CUDA_ERRORS, ImageError, InstanceFailed, RuntimeUnavailable
+from ..errors import ImageError, RuntimeUnavailable
 from ..geometry import check_resizable, plan_resize
 from ..kernels.layout import ImageMeta, pack
-from ..spec import PreprocessConfig, PreprocessSpec
+from ..spec import OutputSpec, PreprocessConfig
 from .base import BatchResult, ImageInfo, Wanted, as_config, resolve_wanted
 
 log = logging.getLogger(__name__)
@@ -36,7 +39,19 @@ log = logging.getLogger(__name__)
 STAGING_KEEP_BYTES = 64 << 20
 
 
-def resize_into(spec: PreprocessSpec, sources: Mapping[int, tuple[int, int, int, int]], out: Any, stream: Any) -> None:
+@dataclass
+class _Decoded:
+    """What the decoding of one call produced: where each decoded image lies on the GPU, and how it got there."""
+
+    #: ``{image index: (device pointer, width, height, row pitch)}`` of an upright RGB uint8 image
+    sources: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)
+    infos: dict[int, ImageInfo] = field(default_factory=dict)
+    #: decoded images and upload buffers: released only after the kernels have read them
+    keep_alive: list[Any] = field(default_factory=list)
+    decoded_by: dict[str, int] = field(default_factory=lambda: {"gpu_hw": 0, "gpu_cuda": 0, "cpu_fallback": 0})
+
+
+def resize_into(spec: OutputSpec, sources: Mapping[int, tuple[int, int, int, int]], out: Any, stream: Any) -> None:
     """Run the kernel for ``spec`` over decoded images: ``sources[slot] = (device pointer, width, height,
     row pitch)`` of an upright RGB uint8 image whose output goes to ``out[slot]``; one launch on ``stream``."""
     from ..kernels import launch
@@ -66,12 +81,10 @@ class GpuExecutor:
 
     name = "gpu"
 
-    def __init__(self, spec: PreprocessSpec | PreprocessConfig, device_id: int = 0) -> None:
+    def __init__(self, spec: OutputSpec | PreprocessConfig, device_id: int = 0) -> None:
         cp = import_cupy()
         self.cp = cp
-        self.config = as_config(spec)
-        #: the settings all outputs share: decoding, threads, limits
-        self.spec = spec = self.config.shared
+        self.config = config = as_config(spec)
         try:
             self.device = cp.cuda.Device(device_id)
             self.device.use()
@@ -82,23 +95,13 @@ class GpuExecutor:
 
         self._kernels = launch
         self.decoder: GpuDecoder | None = None
-        if spec.gpu_decoder == "nvimgcodec":
+        if config.decoding.gpu_decoder == "nvimgcodec":
             try:
-                self.decoder = GpuDecoder(
-                    device_id,
-                    self.stream,
-                    hw_decoder=spec.hw_decoder,
-                    fancy_upsampling=spec.fancy_upsampling,
-                    hw_decoders=spec.hw_decoders,
-                    hw_threads=spec.hw_decoder_threads,
-                    streams=spec.hw_decoder_streams,
-                    cuda_threads=spec.cuda_decoder_threads,
-                    hw_share=spec.hw_decoder_share,
-                    prealloc=(spec.hw_prealloc_width, spec.hw_prealloc_height, spec.hw_prealloc_batch),
-                )
+                self.decoder = GpuDecoder(device_id, self.stream, config.decoding)
             except RuntimeUnavailable as e:
                 log.warning("GPU %d: %s; decoding with Pillow, preprocessing on the GPU", device_id, e)
-        self._pool = ThreadPoolExecutor(max_workers=spec.resolved_cpu_threads, thread_name_prefix="tritonprep-gpu-cpu")
+        threads = config.resolved_cpu_threads
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tritonprep-gpu-cpu")
         self._pinned: Any = None
         self._in_flight_staging: Any = None
         try:
@@ -173,7 +176,7 @@ class GpuExecutor:
 
     def _cpu_decode(self, data: bytes, header: ImageHeader) -> np.ndarray | ImageError:
         try:
-            return decode_rgb(data, self.spec.limits, header)
+            return decode_rgb(data, self.config.limits, header)
         except ImageError as e:
             return e
 
@@ -199,15 +202,9 @@ class GpuExecutor:
         context is poisoned: every later call would fail too), so that the instance is taken
         out of service and restarted instead of failing every request silently.
         """
-        cp = self.cp
-        try:
-            return self._run(images, resolve_wanted(self.config, len(images), wanted))
-        except (cp.cuda.runtime.CUDARuntimeError, cp.cuda.driver.CUDADriverError) as e:
-            if getattr(e, "status", None) in STICKY_CUDA_ERRORS:
-                raise InstanceFailed(
-                    f"CUDA error on GPU {self.device.id}: {e}; this process's CUDA context is unusable"
-                ) from None
-            raise
+        rows = resolve_wanted(self.config, len(images), wanted)
+        with cuda_fault_guard(self.device.id, "the GPU executor", probe=self.check_context):
+            return self._run(images, rows)
 
     def check_context(self) -> None:
         """Raise CuPy's CUDA error if this process's context holds a sticky error."""
@@ -219,76 +216,101 @@ class GpuExecutor:
 
     def _run(self, images: Sequence[bytes], wanted: dict[str, list[int]]) -> BatchResult:
         t0 = time.perf_counter()
-        cp, spec = self.cp, self.spec
         if self.decoder is not None:  # the last call's images: read by work that precedes ours on this stream
             self.decoder.release()
+        errors, headers, gpu_idx, cpu_idx = self._check(images)
+        decoded = _Decoded()
+        with self.device, self.stream:
+            cpu_idx += self._decode_on_gpu(images, gpu_idx, decoded)
+            t_decode_gpu = time.perf_counter()
+            errors.update(self._decode_on_cpu(images, headers, cpu_idx, decoded))
+            t_decode = time.perf_counter()
+            outputs = self._launch(wanted, decoded.sources)
+            self.stream.synchronize()
+        decoded.keep_alive.clear()  # decoded images are released only after the kernel has read them
+        self._drop_staging()
+        t1 = time.perf_counter()
+        return BatchResult(
+            outputs,
+            errors,
+            {k: v for k, v in decoded.decoded_by.items() if v},
+            timings={"decode_gpu_s": t_decode_gpu - t0, "decode_s": t_decode - t0, "total_s": t1 - t0},
+            images=decoded.infos,
+        )
+
+    def _check(
+        self, images: Sequence[bytes]
+    ) -> tuple[dict[int, ImageError], dict[int, ImageHeader], list[int], list[int]]:
+        """Every image's header against the limits, before anything is decoded: ``(errors, headers, indices for the
+        GPU decoder, indices for Pillow)``."""
         errors: dict[int, ImageError] = {}
         headers: dict[int, ImageHeader] = {}
         gpu_idx: list[int] = []
         cpu_idx: list[int] = []
         for i, data in enumerate(images):
             try:
-                headers[i] = validate(data, spec.limits)
+                headers[i] = validate(data, self.config.limits)
                 for _, out_spec in self.config.outputs:  # before anything is decoded: see check_resizable
                     check_resizable(out_spec, headers[i].width, headers[i].height)
             except ImageError as e:
                 errors[i] = e
                 continue
             (gpu_idx if self.decoder is not None and self._gpu_decodable(headers[i]) else cpu_idx).append(i)
+        return errors, headers, gpu_idx, cpu_idx
 
-        sources: dict[int, tuple[int, int, int, int]] = {}
-        infos: dict[int, ImageInfo] = {}
-        keep_alive: list[Any] = []
-        decoded_by = {"gpu_hw": 0, "gpu_cuda": 0, "cpu_fallback": 0}
-        with self.device, self.stream:
-            if gpu_idx:
-                for i, img in zip(gpu_idx, self._gpu_decode([images[i] for i in gpu_idx])):
-                    if img is None:
-                        cpu_idx.append(i)
-                    else:
-                        sources[i] = (img.ptr, img.width, img.height, img.pitch)
-                        infos[i] = ImageInfo(img.width, img.height, img.path)
-                        keep_alive.append(img.owner)
-                        decoded_by[img.path] += 1
-            t_decode_gpu = time.perf_counter()
-            if cpu_idx:
-                decoded = list(
-                    self._pool.map(self._cpu_decode, [images[i] for i in cpu_idx], [headers[i] for i in cpu_idx])
-                )
-                host = [(i, a) for i, a in zip(cpu_idx, decoded) if isinstance(a, np.ndarray)]
-                errors.update({i: a for i, a in zip(cpu_idx, decoded) if isinstance(a, ImageError)})
-                if host:
-                    buf, offsets = self._upload([a for _, a in host])
-                    keep_alive.append(buf)
-                    for (i, a), off in zip(host, offsets):
-                        sources[i] = (buf.data.ptr + off, a.shape[1], a.shape[0], a.shape[1] * 3)
-                        infos[i] = ImageInfo(a.shape[1], a.shape[0], "cpu_fallback")
-                    decoded_by["cpu_fallback"] += len(host)
-            t_decode = time.perf_counter()
-            outputs = {}
-            specs = self.config.specs
-            for name, rows in wanted.items():  # one launch per output, over the images it is wanted for
-                out_spec, n = specs[name], len(rows)
-                # allocate in steps of 16 images: a handful of sizes recur, so CuPy's pool reuses them
-                # instead of caching a block of every batch size ever seen
-                shape = (-(-max(n, 1) // 16) * 16,) + out_spec.output_shape
-                outputs[name] = cp.empty(shape, dtype=out_spec.numpy_dtype)[:n]
-                rows_in = {row: sources[i] for row, i in enumerate(rows) if i in sources}
-                resize_into(out_spec, rows_in, outputs[name], self.stream)
-            self.stream.synchronize()
-        del keep_alive  # decoded images are released only after the kernel has read them
+    def _decode_on_gpu(self, images: Sequence[bytes], gpu_idx: list[int], decoded: _Decoded) -> list[int]:
+        """Decode ``gpu_idx`` with nvImageCodec into ``decoded``; return the indices it left to Pillow."""
+        left: list[int] = []
+        if not gpu_idx:
+            return left
+        for i, img in zip(gpu_idx, self._gpu_decode([images[i] for i in gpu_idx])):
+            if img is None:
+                left.append(i)
+                continue
+            decoded.sources[i] = (img.ptr, img.width, img.height, img.pitch)
+            decoded.infos[i] = ImageInfo(img.width, img.height, img.path)
+            decoded.keep_alive.append(img.owner)
+            decoded.decoded_by[img.path] += 1
+        return left
+
+    def _decode_on_cpu(
+        self, images: Sequence[bytes], headers: Mapping[int, ImageHeader], cpu_idx: list[int], decoded: _Decoded
+    ) -> dict[int, ImageError]:
+        """Decode ``cpu_idx`` with Pillow on the thread pool and upload them in one copy; return their errors."""
+        if not cpu_idx:
+            return {}
+        arrays = list(self._pool.map(self._cpu_decode, [images[i] for i in cpu_idx], [headers[i] for i in cpu_idx]))
+        host = [(i, a) for i, a in zip(cpu_idx, arrays) if isinstance(a, np.ndarray)]
+        if host:
+            buf, offsets = self._upload([a for _, a in host])
+            decoded.keep_alive.append(buf)
+            for (i, a), off in zip(host, offsets):
+                decoded.sources[i] = (buf.data.ptr + off, a.shape[1], a.shape[0], a.shape[1] * 3)
+                decoded.infos[i] = ImageInfo(a.shape[1], a.shape[0], "cpu_fallback")
+            decoded.decoded_by["cpu_fallback"] += len(host)
+        return {i: a for i, a in zip(cpu_idx, arrays) if isinstance(a, ImageError)}
+
+    def _launch(self, wanted: Mapping[str, list[int]], sources: Mapping[int, tuple[int, int, int, int]]) -> dict:
+        """One kernel launch per wanted output, over the images it is wanted for (a failed image's row stays
+        unwritten); returns the output batches."""
+        outputs = {}
+        specs = self.config.specs
+        for name, rows in wanted.items():
+            out_spec, n = specs[name], len(rows)
+            # allocate in steps of 16 images: a handful of sizes recur, so CuPy's pool reuses them
+            # instead of caching a block of every batch size ever seen
+            shape = (-(-max(n, 1) // 16) * 16,) + out_spec.output_shape
+            outputs[name] = self.cp.empty(shape, dtype=out_spec.numpy_dtype)[:n]
+            rows_in = {row: sources[i] for row, i in enumerate(rows) if i in sources}
+            resize_into(out_spec, rows_in, outputs[name], self.stream)
+        return outputs
+
+    def _drop_staging(self) -> None:
+        """After the stream synchronized: forget the upload's source, and hand an oversized one's memory back."""
         temporary = self._in_flight_staging is not None and self._in_flight_staging is not self._pinned
         self._in_flight_staging = None
         if temporary:  # an oversized upload's own buffer: hand it back now
             self._release_pinned()
-        t1 = time.perf_counter()
-        return BatchResult(
-            outputs,
-            errors,
-            {k: v for k, v in decoded_by.items() if v},
-            timings={"decode_gpu_s": t_decode_gpu - t0, "decode_s": t_decode - t0, "total_s": t1 - t0},
-            images=infos,
-        )
 
     def close(self) -> None:
         """Wait for outstanding GPU work, then release the decoders and the CPU fallback threads."""

@@ -73,7 +73,7 @@ class FusedClassifyModel:
         if max_batch < 1:
             raise ConfigError("classify_fused needs max_batch_size >= 1 (images travel along the batch dim)")
         prep_config = PreprocessConfig.from_parameters(prep_params, [PIXELS])
-        spec = prep_config.shared
+        spec = prep_config.spec(PIXELS)
         if spec.layout != "NCHW" or spec.dtype != "FP32":
             raise ConfigError(
                 f"the network takes FP32 NCHW input; the preprocess parameters give {spec.dtype} {spec.layout}"
