@@ -232,6 +232,9 @@ else
   }
 fi
 say "image $image: $(docker image inspect "$image" --format '{{.Size}}' | awk '{printf "%d MB", $1 / 1e6}')"
+# the images and build cache this build replaced (vfs holds a full copy of each layer)
+docker image prune -f >/dev/null
+docker builder prune -f >/dev/null 2>&1 || true
 
 # ------------------------------------------------------------------------------------------ 5. up
 say "docker compose --profile $PROFILE up --wait (ports $http_port/$grpc_port/$metrics_port on 127.0.0.1)"
