@@ -12,7 +12,8 @@ namespace. The prefix is also on tritonserver's command line and in every stub's
 second argument is its region), which is how :func:`server_processes` finds a server's processes.
 
 :func:`sweep` runs before every start. It kills Python stubs whose watchdog and tritonserver are
-both gone (a stub can deadlock in its own parent-death path and then ignores SIGTERM), and
+both gone (a stub can deadlock in its own parent-death path and then ignores SIGTERM), and the log
+filters of such servers (:mod:`.logfilter`, which would read the dead stub's output until it ends), and
 removes regions that no live process can still use: the watchdog is dead, no process carries the
 prefix on its command line, and none that can be inspected has the region open or mapped. (A
 region is opened by name only by tritonserver and its stubs, which carry the prefix, and is
@@ -198,6 +199,27 @@ def _orphaned_stubs(procs: list[Proc]) -> list[Proc]:
     return orphans
 
 
+#: the log filter of a server on a machine without a GPU (:mod:`.logfilter`): it carries the server's prefix
+LOG_FILTER_MODULE = "tritonprep.launcher.logfilter"
+
+
+def _orphaned_filters(procs: list[Proc]) -> list[Proc]:
+    """Log filters of this namespace's servers whose watchdog is dead and whose tritonserver is gone (they end
+    by themselves once the last orphaned stub that writes into them is gone; the sweep does not wait)."""
+    namespace = pid_namespace()
+    servers = [p for p in procs if p.alive and p.name == SERVER_BINARY]
+    orphans = []
+    for p in procs:
+        if not p.alive or LOG_FILTER_MODULE not in p.argv:
+            continue
+        owner = next((o for o in map(owner_of, p.argv) if o is not None), None)
+        if owner is None or owner.namespace != namespace or owner.alive():
+            continue
+        if not any(s.carries(owner.prefix) for s in servers):
+            orphans.append(p)
+    return orphans
+
+
 def _targets(pid: int) -> set[str]:
     """Files that ``pid`` has open or mapped (raises OSError if they cannot be read)."""
     targets = set()
@@ -257,15 +279,15 @@ def sweep(shm_dir: Path = SHM_DIR, tmp: Path | None = None) -> Swept:
     """Remove what dead tritonprep servers of this pid namespace left: orphaned stubs, unused regions,
     work folders."""
     swept = Swept()
-    orphans = _orphaned_stubs(processes())
-    for p in orphans:
+    procs = processes()
+    for p in _orphaned_stubs(procs) + _orphaned_filters(procs):
         try:
             os.kill(p.pid, signal.SIGKILL)
             swept.killed.append(p.pid)
         except ProcessLookupError:
             continue
         except PermissionError:
-            log.warning("cannot kill orphaned Python stub %d (another user's)", p.pid)
+            log.warning("cannot kill orphaned %s %d (another user's)", p.name, p.pid)
     _wait_gone(swept.killed, 2.0)
     swept.folders = _sweep_work_dirs(tmp)
     if not shm_dir.is_dir():
