@@ -55,6 +55,21 @@ def _parameter(config: dict[str, Any], *names: str) -> str:
     return ""
 
 
+def _instances(config: dict[str, Any]) -> tuple[str, str]:
+    """(kinds, instance count) of a served config's instance groups."""
+    groups = config.get("instance_group") or []
+    kinds = sorted({str(g.get("kind", "")).removeprefix("KIND_") for g in groups}) or ["?"]
+    count = sum(int(g.get("count", 1)) * max(1, len(g.get("gpus") or [])) for g in groups)
+    return "/".join(kinds), str(count or "?")
+
+
+def _gpu_memory(config: dict[str, Any], pids: Sequence[int], memory: dict[int, int]) -> str:
+    """The GPU memory the model's processes hold (nvidia-smi), and the budget of each instance."""
+    held = [memory[pid] for pid in pids if pid in memory]
+    declared = _parameter(config, "gpu_memory_mb")
+    return (f"{sum(held)} MiB" if held else "-") + (f" (budget {declared} MiB each)" if declared else "")
+
+
 def model_row(
     name: str,
     config: dict[str, Any] | None,
@@ -62,25 +77,17 @@ def model_row(
     memory: dict[int, int],
     stubs: Sequence[int] = (),
 ) -> tuple[str, ...]:
-    """One model's line of the table."""
+    """One model's line of the table (the reports' pids, else the model's stub processes, for its memory)."""
     if config is None:
         return (name, "?", "?", "-", "-", "-")
     if config.get("platform") == "ensemble":
         return (name, "ensemble", "-", "-", "-", "-")
-    groups = config.get("instance_group") or []
-    kinds = sorted({str(g.get("kind", "")).removeprefix("KIND_") for g in groups}) or ["?"]
-    count = sum(int(g.get("count", 1)) * max(1, len(g.get("gpus") or [])) for g in groups)
-    runtimes = sorted({r.runtime for r in instances if r.runtime})
+    runtimes = ",".join(sorted({r.runtime for r in instances if r.runtime})) or "-"
     buckets = _parameter(config, "batch_buckets", "network.batch_buckets")
     if not buckets and instances and instances[0].buckets:
         buckets = ",".join(map(str, instances[0].buckets))
-    pids = [r.pid for r in instances] or list(stubs)  # the reports' pids, else the model's stub processes
-    held = [memory[pid] for pid in pids if pid in memory]
-    declared = _parameter(config, "gpu_memory_mb")
-    gpu = f"{sum(held)} MiB" if held else "-"
-    if declared:
-        gpu += f" (budget {declared} MiB each)"
-    return (name, "/".join(kinds), str(count or "?"), ",".join(runtimes) or "-", buckets or "-", gpu)
+    gpu = _gpu_memory(config, [r.pid for r in instances] or list(stubs), memory)
+    return (name, *_instances(config), runtimes, buckets or "-", gpu)
 
 
 def _table(rows: list[tuple[str, ...]]) -> list[str]:
