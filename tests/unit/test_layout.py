@@ -15,16 +15,19 @@ PACKAGE = ROOT / "backend" / "tritonprep"
 #: what each part of the library may import (besides itself): the architecture, as a table
 ALLOWED = {
     "errors": set(),
+    # an instance's GPU memory budget and its start-up cache folder: read by every GPU part
+    "memory": {"errors"},
+    "cache": set(),
     "spec": {"errors"},
     "geometry": {"errors", "spec"},
     "decode": {"errors", "spec"},
     "kernels": set(),  # plain values only: no specs, decoders or Triton
-    "executors": {"errors", "spec", "geometry", "decode", "kernels"},
-    "classifier": {"errors"},
-    "triton": {"errors", "spec", "geometry", "executors"},
+    "executors": {"errors", "spec", "geometry", "decode", "kernels", "memory", "cache"},
+    "classifier": {"errors", "memory", "cache"},
+    "triton": {"errors", "spec", "geometry", "executors", "memory"},
     "launcher": {"errors"},
     # the one wiring of the request/response layer to the networks (classify_fused)
-    "pipeline": {"errors", "spec", "executors", "classifier", "triton"},
+    "pipeline": {"errors", "spec", "executors", "classifier", "triton", "memory"},
 }
 
 

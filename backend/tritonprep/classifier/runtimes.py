@@ -17,13 +17,27 @@ The classifier config's ``parameters`` (all optional; :data:`PARAMETERS`)::
                                   max_batch_size); a batch is padded up to the next one, and one larger
                                   than the largest runs in chunks of it (each bucket holds its own
                                   ONNX Runtime session and memory: fewer, smaller buckets, less memory)
-    gpu_mem_limit_mb  "0"         cap of each bucket's ONNX Runtime arena (0: none)
+    gpu_memory_mb  ""             the most GPU memory one GPU instance may hold, its CUDA context included,
+                                  MiB, or "<largest bucket>:<MiB>,..." (tritonprep.memory); spread over the
+                                  bucket sessions' arenas as their caps (empty: no cap)
+    gpu_mem_limit_mb  "0"         cap of each bucket's ONNX Runtime arena, overriding the share of
+                                  gpu_memory_mb (0: none)
+    cudnn_conv_algo_search  heuristic | exhaustive | default    how cuDNN picks each convolution's algorithm
+                                  per bucket: exhaustive benchmarks them all while the model loads (slow
+                                  start), heuristic asks cuDNN's heuristics, default takes its default
+    cudnn_conv_use_max_workspace  false | true   let cuDNN pick algorithms that need a large workspace
+                                  (each bucket's arena keeps it: more memory)
+    arena_extend_strategy  same_as_requested | next_power_of_two   how a bucket's arena grows
+
+The ONNX Runtime options are the CUDA EP's (tritonprep.classifier.ort_options); the start-up cache
+(tritonprep.cache) keeps each bucket's optimized model between starts.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +46,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..errors import ConfigError, RuntimeUnavailable
+from ..memory import instance_budget_mb
 from .engines import EngineBuildError
 from .ort_cuda import GPU_INSTALL_HINT, OrtCudaRuntime, cuda_provider_available, import_onnxruntime
+from .ort_options import ARENA_EXTEND, CONV_ALGO_SEARCH, CudaEpOptions
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +65,8 @@ class Runtime(Protocol):
 
     name: str
     on_gpu: bool
+    #: seconds of each start-up phase, for the instance report
+    timings: dict[str, float]
 
     def infer(self, batch: Any) -> Any:
         """Logits of ``batch``; a numpy or CuPy array."""
@@ -56,6 +74,10 @@ class Runtime(Protocol):
 
     def infer_many(self, parts: Sequence[Any]) -> Any:
         """Logits of the concatenation of ``parts`` (what a Triton execute holds: one part per request)."""
+        ...
+
+    def close(self) -> None:
+        """Release what the runtime holds (on the GPU: its sessions, graphs, buffers), from the model's finalize."""
         ...
 
 
@@ -90,11 +112,30 @@ class RuntimeOptions:
     cuda_graphs: bool = True
     batch_buckets: tuple[int, ...] = ()
     gpu_mem_limit_mb: int = 0
+    #: the instance's GPU memory budget (the parameter's text: tritonprep.memory), "" for none
+    gpu_memory_mb: str = ""
+    ep: CudaEpOptions = CudaEpOptions()
+
+    @property
+    def budget_mb(self) -> int | None:
+        """The MiB one GPU instance may hold with these buckets (None: no cap)."""
+        return instance_budget_mb(self.gpu_memory_mb, self.batch_buckets)
 
     @classmethod
     def from_parameters(cls, params: Mapping[str, str], max_batch: int) -> RuntimeOptions:
         """Options from ``{name: string}``; buckets default to the powers of two up to ``max_batch``."""
-        known = {"runtime", "precision", "layout", "cuda_graphs", "batch_buckets", "gpu_mem_limit_mb"}
+        known = {
+            "runtime",
+            "precision",
+            "layout",
+            "cuda_graphs",
+            "batch_buckets",
+            "gpu_mem_limit_mb",
+            "gpu_memory_mb",
+            "cudnn_conv_algo_search",
+            "cudnn_conv_use_max_workspace",
+            "arena_extend_strategy",
+        }
         ignored = {"FORCE_CPU_ONLY_INPUT_TENSORS"}  # the Python backend's own
         unknown = sorted(set(params) - known - ignored)
         if unknown:
@@ -117,7 +158,25 @@ class RuntimeOptions:
             cuda_graphs=_bool("cuda_graphs", params.get("cuda_graphs", "true")),
             batch_buckets=buckets,
             gpu_mem_limit_mb=int(limit),
+            gpu_memory_mb=_budget(params.get("gpu_memory_mb", ""), buckets),
+            ep=CudaEpOptions(
+                conv_algo_search=_choice(
+                    "cudnn_conv_algo_search", params.get("cudnn_conv_algo_search", "heuristic"), CONV_ALGO_SEARCH
+                ),
+                conv_max_workspace=_bool(
+                    "cudnn_conv_use_max_workspace", params.get("cudnn_conv_use_max_workspace", "false")
+                ),
+                arena_extend_strategy=_choice(
+                    "arena_extend_strategy", params.get("arena_extend_strategy", "same_as_requested"), ARENA_EXTEND
+                ),
+            ),
         )
+
+
+def _budget(text: str, buckets: tuple[int, ...]) -> str:
+    """The ``gpu_memory_mb`` text, checked now (a malformed one fails the model's load, not its first GPU use)."""
+    instance_budget_mb(text, buckets)
+    return text.strip()
 
 
 class OrtCpuRuntime:
@@ -127,6 +186,7 @@ class OrtCpuRuntime:
     on_gpu = False
 
     def __init__(self, onnx_path: Path, threads: int = 0) -> None:
+        t0 = time.perf_counter()
         ort = import_onnxruntime()
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
@@ -134,6 +194,12 @@ class OrtCpuRuntime:
         self.session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
         self.input_name = self.session.get_inputs()[0].name
         self.output_name = self.session.get_outputs()[0].name
+        #: seconds of each start-up phase (the instance report's)
+        self.timings = {"session": time.perf_counter() - t0}
+
+    def close(self) -> None:
+        """Release the session (nothing on a GPU: dropping it is enough)."""
+        self.session = None
 
     def infer(self, batch: Any) -> np.ndarray:
         """Logits of ``batch``; GPU inputs are copied to the host."""
@@ -177,13 +243,15 @@ def load_runtime(
     use_gpu: bool = True,
     max_batch: int = 256,
     stream: Any = None,
+    shared_mb: int = 0,
 ) -> Runtime:
     """Load the classifier on the best runtime available for the instance.
 
     ``input_dims`` is the network input without the batch axis, as the model config declares it;
     ``options`` come from the config's parameters (``prefer`` overrides ``options.runtime``);
     ``stream``: a CuPy stream the ONNX Runtime CUDA network runs on (default: one of its own), e.g. the
-    preprocess executor's, so that decode, kernels and network are ordered on one stream.
+    preprocess executor's, so that decode, kernels and network are ordered on one stream; ``shared_mb``:
+    what else the instance holds of its ``gpu_memory_mb`` (``classify_fused``'s preprocessing).
     """
     options = options or RuntimeOptions.from_parameters({}, max_batch)
     prefer = prefer or options.runtime
@@ -214,7 +282,10 @@ def load_runtime(
                     buckets=options.batch_buckets,
                     nhwc=options.layout == "nhwc",
                     cuda_graphs=options.cuda_graphs,
+                    ep_options=options.ep,
+                    gpu_memory_mb=options.budget_mb,
                     gpu_mem_limit_mb=options.gpu_mem_limit_mb,
+                    shared_mb=shared_mb,
                     stream=stream,
                 )
             except RuntimeUnavailable as e:
