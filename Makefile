@@ -71,7 +71,7 @@ format: setup
 test: lint model
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
-# GPU tests on a machine with a GPU (this workplace's GPU machine: scripts/device/gpu_full.sh, see the README)
+# GPU tests on a machine with a GPU (this workplace's GPU machine: scripts/device/gpu_full.sh, see docs/gpu.md)
 test-gpu: setup model
 	$(VENV)/bin/python -m pytest -m gpu $(PYTEST_ARGS)
 

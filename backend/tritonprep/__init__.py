@@ -3,6 +3,7 @@
 Packages by concern, lowest layer first (each imports only from the layers above it in this list):
 
 * :mod:`tritonprep.errors` - the exception hierarchy
+* :mod:`tritonprep.image_errors` - the per-image error contract the client reads too (standard library only)
 * :mod:`tritonprep.spec` - the typed preprocessing spec read from ``config.pbtxt`` (one parameter table)
 * :mod:`tritonprep.geometry` - resize / crop / letterbox arithmetic shared by the executors
 * :mod:`tritonprep.decode` - checks before decoding, Pillow and nvImageCodec decoders
@@ -11,6 +12,7 @@ Packages by concern, lowest layer first (each imports only from the layers above
 * :mod:`tritonprep.classifier` - the network's runtimes, TensorRT engines, postprocessing
 * :mod:`tritonprep.triton` - the Python-backend side: requests, responses, health, metrics
 * :mod:`tritonprep.launcher` - the embedded ``tritonserver``: options, process, supervision, CLI
+* :mod:`tritonprep.pipeline` - whole jobs in one instance (``classify_fused``): the Triton side wired to the network
 
 ``tests/unit/test_layout.py`` keeps the order (its table says what each part may import): no package
 imports one listed after it, and there are no cycles.

@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+import numpy as np
+
 from .errors import ClientError, ServerUnavailable
 
 IMAGE_SUFFIXES = frozenset((".jpg", ".jpeg", ".jpe", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"))
@@ -81,104 +83,144 @@ def _provenance_text(prov: Any) -> str:
     return "; ".join(parts)
 
 
-def _print_text(name: str, predictions: list, out: TextIO) -> None:
-    out.write(f"{name}\n")
-    for rank, p in enumerate(predictions, 1):
-        out.write(f"  {rank}. {p.label:<30} (class {p.index:>3})  {p.score:7.2%}\n")
+class Answers:
+    """Writes each file's answer, in order: one JSON object per line (``--json``) or text; an error is
+    counted and reported for its file alone. ``embed --npy`` collects the embeddings and saves them."""
+
+    def __init__(self, args: argparse.Namespace, out: TextIO, err: TextIO) -> None:
+        self.classify = args.command == "classify"
+        self.json = args.json
+        self.npy: Path | None = None if self.classify else args.npy
+        self.out, self.err = out, err
+        self.failed = 0
+        self.rows: list[Any] = []
+
+    def error(self, name: str, message: str) -> None:
+        """Report that file ``name`` got no answer, and why."""
+        self.failed += 1
+        if self.json:
+            self.out.write(json.dumps({"file": name, "error": message}) + "\n")
+        else:
+            self.err.write(f"tritonprep: error: {name}: {message}\n")
+
+    def answer(self, name: str, result: Any) -> None:
+        """Write file ``name``'s result (an ``ImageResult``, or the ``ClientError`` it got)."""
+        if isinstance(result, ServerUnavailable):
+            raise result
+        if isinstance(result, ClientError):
+            self.error(name, str(result))
+            return
+        record = self._record(name, result)
+        if self.json:
+            self.out.write(json.dumps(record) + "\n")
+            return
+        if self.classify:
+            self.out.write(f"{name}\n")
+            for rank, p in enumerate(result.predictions, 1):
+                self.out.write(f"  {rank}. {p.label:<30} (class {p.index:>3})  {p.score:7.2%}\n")
+        elif self.npy is not None:
+            self.out.write(f"{name}  row {record['row']}\n")
+        else:
+            e = result.embedding
+            head = " ".join(f"{v:+.4f}" for v in e[:4])
+            self.out.write(f"{name}  {len(e)}-d, norm {float(np.linalg.norm(e)):.4f}: [{head} ...]\n")
+        if result.provenance is not None:
+            self.out.write(f"  {_provenance_text(result.provenance)}\n")
+
+    def _record(self, name: str, result: Any) -> dict[str, Any]:
+        record: dict[str, Any] = {"file": name}
+        if self.classify:
+            record["predictions"] = [p.as_dict() for p in result.predictions]
+        elif self.npy is not None:
+            record["row"] = len(self.rows)
+            self.rows.append(result.embedding)
+        else:
+            record["embedding"] = [round(float(v), 6) for v in result.embedding]
+        if result.provenance is not None:
+            record["provenance"] = result.provenance.as_dict()
+        return record
+
+    def finish(self) -> int:
+        """Save the ``--npy`` file; the exit code (1 if any file failed)."""
+        if self.npy is not None:
+            np.save(self.npy, np.stack(self.rows).astype(np.float32) if self.rows else np.zeros((0, 0), np.float32))
+        self.out.flush()
+        return 1 if self.failed else 0
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Refuse option values the server could never satisfy, before anything is read or sent."""
+    if args.command == "classify" and args.top_k < 1:
+        raise UsageError("--top-k must be at least 1")
+    if not 1 <= args.batch_size <= 64:
+        raise UsageError("--batch-size must be between 1 and 64 (the server's max_images_per_request)")
+
+
+def read_files(items: Sequence[tuple[str, Path | None, str | None]], answers: Answers) -> list[tuple[str, bytes]]:
+    """``(name, bytes)`` of every file that can be read; the others are reported as errors."""
+    readable: list[tuple[str, bytes]] = []
+    for name, path, problem in items:
+        if path is None:
+            answers.error(name, problem or "not a file")
+            continue
+        try:
+            readable.append((name, path.read_bytes()))
+        except OSError as e:
+            answers.error(name, f"cannot read: {e.strerror or e}")
+    return readable
+
+
+def _output_names(client: Any, args: argparse.Namespace) -> list[str]:
+    """The outputs to ask ``client``'s model for, checked against what it offers."""
+    classify = args.command == "classify"
+    if classify:
+        available = client.max_top_k()
+        if args.top_k > available:
+            raise UsageError(f"--top-k {args.top_k}: the server returns at most {available} classes per image")
+    names = client.output_names(predictions=classify, embedding=not classify, provenance=args.verbose)
+    if client.model != args.model:  # classify through analyze: the classifier's input, not the embedder's
+        names = [n for n in names if not n.startswith(EMBEDDER_INPUT)]
+    return names
+
+
+def client_class() -> Any:
+    """:class:`~tritonprep_client.client.ClassifyClient`, or what to install to have it."""
+    try:
+        from .client import ClassifyClient
+    except ImportError as e:
+        raise UsageError(f"the client needs tritonclient: pip install 'tritonprep[client]' ({e})") from None
+    return ClassifyClient
+
+
+def send(client_cls: Any, args: argparse.Namespace, images: Sequence[bytes], err: TextIO) -> dict[int, Any]:
+    """Every image's result (an ``ImageResult`` or its ``ClientError``), by index, with a progress bar on ``err``."""
+    model = args.model
+    if args.command == "classify" and args.verbose and model == "classify":
+        model = "analyze"  # classify carries no provenance outputs (they would cost every request); analyze does
+    with client_cls(args.url, args.protocol, model=model, timeout_s=args.timeout, concurrency=args.concurrency) as c:
+        c.check_server()
+        names = _output_names(c, args)
+        top_k = args.top_k if args.command == "classify" else None
+        progress = Progress(len(images), err)
+        results: dict[int, Any] = {}
+        for i, result in c.infer_each(images, names, top_k=top_k, batch_size=args.batch_size):
+            results[i] = result
+            progress.step()
+        progress.clear()
+    return results
 
 
 def images_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """Run ``tritonprep classify`` or ``tritonprep embed``; return the exit code."""
-    try:
-        import numpy as np
-
-        from .client import ClassifyClient
-    except ImportError as e:
-        raise UsageError(f"the client needs tritonclient: pip install 'tritonprep[client]' ({e})") from None
-
-    classify = args.command == "classify"
-    if classify and args.top_k < 1:
-        raise UsageError("--top-k must be at least 1")
-    if not 1 <= args.batch_size <= 64:
-        raise UsageError("--batch-size must be between 1 and 64 (the server's max_images_per_request)")
-    items = expand_paths(args.paths)
-    failed = 0
-
-    def report_error(name: str, message: str) -> None:
-        nonlocal failed
-        failed += 1
-        if args.json:
-            out.write(json.dumps({"file": name, "error": message}) + "\n")
-        else:
-            err.write(f"tritonprep: error: {name}: {message}\n")
-
-    readable: list[tuple[str, bytes]] = []
-    for name, path, problem in items:
-        if problem is not None:
-            report_error(name, problem)
-            continue
-        try:
-            readable.append((name, path.read_bytes()))  # type: ignore[union-attr]
-        except OSError as e:
-            report_error(name, f"cannot read: {e.strerror or e}")
-    rows: list[Any] = []
-    model = args.model
-    if classify and args.verbose and model == "classify":
-        model = "analyze"  # classify carries no provenance outputs (they would cost every request); analyze does
+    client_cls = client_class()
+    check_arguments(args)
+    answers = Answers(args, out, err)
+    readable = read_files(expand_paths(args.paths), answers)
     if readable:
-        with ClassifyClient(
-            args.url, args.protocol, model=model, timeout_s=args.timeout, concurrency=args.concurrency
-        ) as client:
-            client.check_server()
-            if classify:
-                available = client.max_top_k()
-                if args.top_k > available:
-                    raise UsageError(f"--top-k {args.top_k}: the server returns at most {available} classes per image")
-            names = client.output_names(predictions=classify, embedding=not classify, provenance=args.verbose)
-            if model != args.model:  # classify through analyze: the classifier's input, not the embedder's
-                names = [n for n in names if not n.startswith(EMBEDDER_INPUT)]
-            progress = Progress(len(readable), err)
-            results: dict[int, Any] = {}
-            data = [d for _, d in readable]
-            top_k = args.top_k if classify else None
-            for i, result in client.infer_each(data, names, top_k=top_k, batch_size=args.batch_size):
-                results[i] = result
-                progress.step()
-            progress.clear()
-            for i, (name, _) in enumerate(readable):
-                result = results[i]
-                if isinstance(result, ClientError):
-                    if isinstance(result, ServerUnavailable):
-                        raise result
-                    report_error(name, str(result))
-                    continue
-                record: dict[str, Any] = {"file": name}
-                if classify:
-                    record["predictions"] = [p.as_dict() for p in result.predictions]
-                elif args.npy:
-                    record["row"] = len(rows)
-                    rows.append(result.embedding)
-                else:
-                    record["embedding"] = [round(float(v), 6) for v in result.embedding]
-                if result.provenance is not None:
-                    record["provenance"] = result.provenance.as_dict()
-                if args.json:
-                    out.write(json.dumps(record) + "\n")
-                    continue
-                if classify:
-                    _print_text(name, result.predictions, out)
-                elif args.npy:
-                    out.write(f"{name}  row {record['row']}\n")
-                else:
-                    e = result.embedding
-                    head = " ".join(f"{v:+.4f}" for v in e[:4])
-                    out.write(f"{name}  {len(e)}-d, norm {float(np.linalg.norm(e)):.4f}: [{head} ...]\n")
-                if result.provenance is not None:
-                    out.write(f"  {_provenance_text(result.provenance)}\n")
-    if not classify and args.npy:
-        np.save(args.npy, np.stack(rows).astype(np.float32) if rows else np.zeros((0, 0), np.float32))
-    out.flush()
-    return 1 if failed else 0
+        results = send(client_cls, args, [data for _, data in readable], err)
+        for i, (name, _) in enumerate(readable):
+            answers.answer(name, results[i])
+    return answers.finish()
 
 
 def _common_arguments(c: argparse.ArgumentParser, model: str) -> None:

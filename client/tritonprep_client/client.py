@@ -11,14 +11,14 @@ image (the decoded size, the decoder path, the scale and borders of each network
 only on request (:class:`Provenance`); ``classify``, the main path, carries none (an ensemble would
 build them for every request). :meth:`ClassifyClient.infer_each` sends images in multi-image requests and
 still gives every image its own answer: when a request fails because of one image (the server
-names it, ``image k of n``), that image gets the error and the others are sent again without it.
+names it in the per-image error contract, :mod:`tritonprep.image_errors`), that image gets the error
+and the others are sent again without it.
 """
 
 from __future__ import annotations
 
 import importlib
 import queue
-import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -37,8 +37,6 @@ EMBEDDING = "EMBEDDING"
 #: provenance outputs: these two, and <network input>_SCALE / _PADDING for each network input
 PROVENANCE = ("ORIGINAL_SIZE", "DECODER")
 PROVENANCE_SUFFIXES = ("_SCALE", "_PADDING")
-#: the server's error for one bad image of a multi-image request (tritonprep.triton.preprocess)
-_IMAGE_ERROR = re.compile(r"image (\d+) of (\d+): ")
 
 
 @dataclass(frozen=True)
@@ -284,7 +282,7 @@ class ClassifyClient:
             return e
         if self._is_connection_error(e):
             return ServerUnavailable(f"cannot reach Triton at {self.target} over {self.protocol}: {self._describe(e)}")
-        return InferenceFailed(self._describe(e))
+        return InferenceFailed.from_server(self._describe(e))
 
     def _provenance(self, result: Any, n: int, names: Sequence[str]) -> list[Provenance]:
         size = result.as_numpy("ORIGINAL_SIZE").reshape(n, 2)
@@ -408,9 +406,9 @@ class ClassifyClient:
         requests in flight; yields ``(index, result)`` in completion order, one per image.
 
         One bad image fails only itself: the server fails a request at its first bad image and names it
-        (``image k of n: ...``), so that image gets the error (without the prefix) and the request's
-        other images are sent again without it, until every image has an answer. Any other failure of a
-        request (server unreachable, overloaded) is the answer of each of its images.
+        (``image k of n [reason]: ...``), so that image gets the error (its message, ``image`` set) and the
+        request's other images are sent again without it, until every image has an answer. Any other
+        failure of a request (server unreachable, overloaded) is the answer of each of its images.
         """
         if batch_size < 1:
             raise ClientError(f"batch_size must be at least 1, got {batch_size}")
@@ -437,10 +435,10 @@ class ClassifyClient:
                         answer(i, r)
                     return
                 failure = self._wrap(error)
-                match = _IMAGE_ERROR.search(str(failure))
-                if isinstance(failure, InferenceFailed) and match and int(match.group(2)) == len(group):
-                    bad = group[int(match.group(1)) - 1]
-                    answer(bad, InferenceFailed(str(failure)[match.end() :]))
+                image = failure.image if isinstance(failure, InferenceFailed) else None
+                if image is not None and image.count == len(group):
+                    bad = group[image.index]
+                    answer(bad, InferenceFailed(image.message, image))  # its own answer: no position
                     if len(group) > 1:
                         pending.put([i for i in group if i != bad])  # the others again, without it
                 else:

@@ -113,3 +113,38 @@ def test_bad_inputs_are_errors_for_that_request(client, jpegs):
     with pytest.raises(InferenceFailed, match="image 2 of 2"):
         client.classify([jpegs["chelsea"], b"\xff\xd8\xff\xe0 truncated"])
     assert client.classify([jpegs["coffee"]])[0][0].index == ESPRESSO
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_the_servers_error_for_a_bad_image_names_its_index_and_reason(server, jpegs, protocol):
+    """The per-image error contract end to end: the real server's error for one bad image of a multi-image
+    request, as tritonclient hands it over, reads back (tritonprep.image_errors.parse) to that image's
+    index, the request's count and the reason; from preprocess, the classify ensemble and classify_fused."""
+    import importlib
+
+    from tritonclient.utils import InferenceServerException
+
+    from tritonprep.image_errors import parse
+    from tritonprep_client import image_input
+    from tritonprep_client.client import parse_url
+    from tritonprep_testkit.corpus import jpeg_set_size
+
+    module = importlib.import_module(f"tritonclient.{protocol}")
+    _, target = parse_url(server.options.grpc_url if protocol == "grpc" else server.options.http_url, protocol)
+    triton = module.InferenceServerClient(target)
+    good = jpegs["chelsea"]
+    cases = [(2, jpegs["coffee"][:3000], "decode", "truncated"), (0, jpeg_set_size(good, 65535, 65535), "limit", "")]
+    try:
+        for model in ("preprocess", "classify", "classify_fused"):
+            for index, bad, reason, needle in cases:
+                images = [good, jpegs["coffee"], good, jpegs["rocket"]]
+                images[index] = bad
+                with pytest.raises(InferenceServerException) as e:
+                    triton.infer(model, [image_input(images, module)])
+                failure = parse(e.value.message())
+                assert failure is not None, (model, e.value.message())
+                assert (failure.index, failure.count, failure.reason) == (index, 4, reason), (model, e.value.message())
+                assert needle in failure.message.lower(), (model, failure)
+                assert str(e.value.status()) in ("StatusCode.INVALID_ARGUMENT", "400"), (model, e.value.status())
+    finally:
+        triton.close()

@@ -8,6 +8,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from tritonprep.image_errors import ImageFailure
 from tritonprep_testkit.corpus import Item, build
 from tritonprep_testkit.hostile import library_results, metric_key, metrics, parse_metrics, preprocess_concurrently
 
@@ -34,7 +35,8 @@ def test_corpus_subset_through_the_server_matches_the_library(server, subset):
     for item, want, got in zip(subset, local, answers):
         if want.errors:
             assert not isinstance(got, np.ndarray), f"{item.name}: the server decoded what the library rejects"
-            assert str(got.message()).endswith(f"image 1 of 1: {want.errors[0]}"), (item.name, got.message())
+            refusal = ImageFailure(0, 1, want.errors[0].reason, str(want.errors[0]))  # the per-image contract
+            assert str(got.message()).endswith(str(refusal)), (item.name, got.message())
             assert "INVALID_ARG" in str(got.status()), item.name
         else:
             assert isinstance(got, np.ndarray), f"{item.name}: {got}"

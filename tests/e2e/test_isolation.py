@@ -1,4 +1,4 @@
-"""Per-request isolation of every model built on ``batched_responses`` (the classifier, postprocess and
+"""Per-request isolation of every model built on ``RequestIsolation`` (the classifier, postprocess and
 sink models), against a real tritonserver serving a small test model that fails on marked requests."""
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ def test_a_bad_request_fails_alone_inside_a_shared_batch(tmp_path):
         "good-b": [3.0, 4.0],
         "unreadable": [999.0, 0.0],  # read() raises: INVALID_ARG for this request
         "fails-the-batch": [-1.0, 0.0],  # run() raises for the batch: each request is retried alone
+        "unbuildable": [555.0, 0.0],  # respond() raises: this response alone fails
         "good-c": [5.0, 6.0],
     }
     results: dict[str, object] = {}
@@ -51,13 +52,18 @@ def test_a_bad_request_fails_alone_inside_a_shared_batch(tmp_path):
         log = server.log_path.read_text()
 
     assert set(results) == set(cases)
-    for name in ("good-a", "good-b", "good-c"):
+    for name in ("good-a", "good-b", "good-c"):  # the retry and the failed response cost them nothing
         np.testing.assert_array_equal(results[name], np.array([cases[name]], np.float32) * 2, err_msg=name)
     unreadable, failing = results["unreadable"], results["fails-the-batch"]
     assert isinstance(unreadable, InferenceServerException) and "INVALID_ARG" in str(unreadable.status())
     assert "marked unreadable" in unreadable.message()
     assert isinstance(failing, InferenceServerException) and "INTERNAL" in str(failing.status())
     assert "ValueError: negative input in a batch of 1" in failing.message()  # it failed alone, on its retry
+    unbuildable = results["unbuildable"]
+    assert isinstance(unbuildable, InferenceServerException) and "INTERNAL" in str(unbuildable.status())
+    assert (
+        "internal error building the response: ValueError: test: response marked unbuildable" in unbuildable.message()
+    )
     executions = int(stats["model_stats"][0]["execution_count"])
     assert executions < len(cases), "the requests never shared a batch, so isolation inside a batch was not tested"
     assert "retrying each request alone" in log and "Traceback (most recent call last)" in log

@@ -55,6 +55,33 @@ def test_outputs_stay_on_the_gpu_into_the_classifier(gpu_server, gpu_client, jpe
         assert "captured while loading" in text
 
 
+def test_gpu_outputs_leave_through_the_dlpack_protocol_without_a_warning(gpu_server, gpu_client, jpegs):
+    """GPU output tensors leave through ``__dlpack__`` (tritonprep.triton.tensors.output_tensor), not CuPy's
+    deprecated ``toDlpack()``, whose VisibleDeprecationWarning every GPU stub printed into the server log;
+    and they still stay on the GPU (the classifier reads its input there)."""
+    gpu_client.classify([jpegs["chelsea"]])
+    gpu_client.preprocess([jpegs["coffee"]])
+    text = gpu_server.log_path.read_text()
+    assert "classifier: first batch input on the GPU" in text
+    warned = [ln for ln in text.splitlines() if "toDlpack" in ln or ("Deprecat" in ln and "lpack" in ln.lower())]
+    assert not warned, warned
+
+
+def test_the_capsule_of_a_gpu_output_needs_no_synchronization_and_warns_nothing(cp):
+    """What output_tensor hands to pb_utils.Tensor.from_dlpack: a bare "dltensor" capsule from
+    ``__dlpack__(stream=-1)`` (no stream ordering: the executor has synchronized), without a warning."""
+    import ctypes
+    import warnings
+
+    x = cp.arange(12, dtype=cp.float32).reshape(3, 4)[1:]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        capsule = x.__dlpack__(stream=-1)
+    is_valid = ctypes.pythonapi.PyCapsule_IsValid
+    is_valid.restype, is_valid.argtypes = ctypes.c_int, [ctypes.py_object, ctypes.c_char_p]
+    assert is_valid(capsule, b"dltensor") == 1
+
+
 def test_preprocessed_pixels_within_one_level_of_pillow(gpu_client, jpegs):
     images = [jpegs["chelsea"], jpegs["astronaut"]]
     got = gpu_client.preprocess(images)

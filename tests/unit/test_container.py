@@ -560,9 +560,9 @@ def test_perf_input_data_serializes_each_image_as_one_bytes_element(tmp_path, jp
     assert pid.main([str(tmp_path / "missing"), "-o", str(out)]) == 1
 
 
-# ---------------------------------------------------------------------------- the README's commands
-def test_readme_container_commands_name_real_files_services_and_settings(raw_compose):
-    section = (ROOT / "README.md").read_text().split("## Container deployment", 1)[1].split("\n## ", 1)[0]
+# ---------------------------------------------------------------------------- the deployment page's commands
+def test_documented_container_commands_name_real_files_services_and_settings(raw_compose):
+    section = (ROOT / "docs" / "deployment.md").read_text().split("\n## Containers\n", 1)[1].split("\n## ", 1)[0]
     commands = "\n".join(re.findall(r"```bash\n(.*?)```", section, re.S))
     assert "docker compose -f docker/compose.yaml up -d --build" in commands
     services = set(raw_compose["services"])

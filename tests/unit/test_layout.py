@@ -1,5 +1,5 @@
-"""The tree keeps the shape the README describes: layers that only import downwards, package docs,
-package data that matches files, and paths named in the Makefile and README that exist."""
+"""The tree keeps the shape the docs describe: layers that only import downwards, package docs,
+package data that matches files, and paths named in the Makefile, README and docs/ that exist."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ PACKAGE = ROOT / "backend" / "tritonprep"
 #: what each part of the library may import (besides itself): the architecture, as a table
 ALLOWED = {
     "errors": set(),
+    # the per-image error contract: the client imports it too, so it imports nothing (standard library only)
+    "image_errors": set(),
     # an instance's GPU memory budget and its start-up cache folder: read by every GPU part
     "memory": {"errors"},
     "cache": set(),
@@ -24,10 +26,10 @@ ALLOWED = {
     "kernels": set(),  # plain values only: no specs, decoders or Triton
     "executors": {"errors", "spec", "geometry", "decode", "kernels", "memory", "cache"},
     "classifier": {"errors", "memory", "cache"},
-    "triton": {"errors", "spec", "geometry", "executors", "memory"},
+    "triton": {"errors", "image_errors", "spec", "geometry", "executors", "memory"},
     "launcher": {"errors"},
     # the one wiring of the request/response layer to the networks (classify_fused)
-    "pipeline": {"errors", "spec", "executors", "classifier", "triton", "memory"},
+    "pipeline": {"errors", "image_errors", "spec", "executors", "classifier", "triton", "memory"},
 }
 
 
@@ -93,13 +95,18 @@ def test_package_data_patterns_match_files():
         assert list(PACKAGE.glob(pattern)), f"package data {pattern!r} matches no file"
 
 
-def test_paths_named_in_the_makefile_and_readme_exist():
+def test_paths_named_in_the_makefile_readme_and_docs_exist():
     named = set()
-    for doc in ("Makefile", "README.md"):
+    for doc in [ROOT / "Makefile", ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
         named |= set(
-            re.findall(
-                r"\b((?:scripts|tests|docker|backend|client|testkit|reports)/[\w./-]*[\w])", (ROOT / doc).read_text()
-            )
+            re.findall(r"\b((?:scripts|tests|docker|backend|client|testkit|reports)/[\w./-]*[\w])", doc.read_text())
         )
     missing = sorted(p for p in named if not (ROOT / p).exists() and p not in GENERATED)
     assert not missing, f"named but not in the tree: {missing}"
+
+
+def test_every_package_is_shipped():
+    """A package missing from pyproject's list is missing from every non-editable install."""
+    listed = re.search(r"\npackages = \[(.*?)\]", (ROOT / "pyproject.toml").read_text(), re.S).group(1)
+    found = {"tritonprep", *(f"tritonprep.{p.parent.name}" for p in PACKAGE.glob("*/__init__.py"))}
+    assert found <= set(re.findall(r'"([\w.]+)"', listed))

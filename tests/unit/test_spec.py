@@ -9,7 +9,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from tritonprep.errors import ConfigError
-from tritonprep.spec import PARAMETERS, Limits, PreprocessSpec, parameter_table, provenance_table
+from tritonprep.spec import PARAMETERS, Limits, PreprocessSpec
 
 REPO = Path(__file__).resolve().parents[2] / "model_repository"
 
@@ -154,12 +154,6 @@ def test_a_choice_is_checked_once_in_code_as_in_config():
         PreprocessSpec(resize="crop")
     with pytest.raises(ConfigError, match="resize must be one of"):
         PreprocessSpec.from_parameters({"resize": "crop"})
-
-
-def test_the_readme_lists_every_parameter_as_the_table_says():
-    readme = (REPO.parent / "README.md").read_text()
-    assert parameter_table() in readme, "README's parameter table differs from `python -m tritonprep.spec`"
-    assert provenance_table() in readme, "README's provenance table differs from `python -m tritonprep.spec`"
 
 
 def test_the_gpu_config_is_the_default_one_with_gpu_instances_and_batching():

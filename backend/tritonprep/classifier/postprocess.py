@@ -1,11 +1,21 @@
-"""Logits to predictions: softmax, top-k and ImageNet-1k class names."""
+"""Logits to predictions: softmax, top-k and ImageNet-1k class names.
+
+:class:`TopK` is what the ``postprocess`` model and ``classify_fused`` answer: ``SCORES``,
+``CLASS_IDS`` and ``LABELS``, ``k`` each per image, ``k`` read from the model config's output dims.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from importlib import resources
 
 import numpy as np
+
+from ..errors import ConfigError
+
+#: the outputs of a top-k answer, each of dims ``[k]``
+OUTPUTS = ("SCORES", "CLASS_IDS", "LABELS")
 
 
 @lru_cache(maxsize=1)
@@ -33,3 +43,34 @@ def top_k(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     part = np.take_along_axis(probs, idx, axis=-1)
     order = np.argsort(-part, axis=-1, kind="stable")
     return np.take_along_axis(part, order, axis=-1), np.take_along_axis(idx, order, axis=-1)
+
+
+class TopK:
+    """The ``k`` best ImageNet classes of each row of logits: probabilities, class ids and names."""
+
+    def __init__(self, k: int) -> None:
+        if k < 1:
+            raise ConfigError(f"top-k needs k >= 1; the outputs {list(OUTPUTS)} have dims [{k}]")
+        self.k = k
+        self.labels = imagenet_labels()
+
+    @classmethod
+    def from_output_dims(cls, dims: Mapping[str, Sequence[int]]) -> TopK:
+        """The top-k a model config's outputs declare (``{name: dims}``): each of :data:`OUTPUTS`, dims ``[k]``."""
+        missing = [name for name in OUTPUTS if name not in dims]
+        if missing:
+            raise ConfigError(f"the config declares no output {missing}; a top-k model answers {list(OUTPUTS)}")
+        declared = {name: list(dims[name]) for name in OUTPUTS}
+        k = declared["SCORES"]
+        if len(k) != 1 or any(d != k for d in declared.values()):
+            raise ConfigError(f"SCORES, CLASS_IDS and LABELS must all have dims [k]; the config has {declared}")
+        return cls(int(k[0]))
+
+    def __call__(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Probabilities (float32) and class ids (int32) of the ``k`` best classes per row, best first."""
+        scores, ids = top_k(logits, self.k)
+        return scores, ids.astype(np.int32)
+
+    def outputs(self, scores: np.ndarray, ids: np.ndarray) -> dict[str, np.ndarray | list[list[str]]]:
+        """``{output name: rows}`` of some rows of :meth:`__call__`'s result; ``LABELS`` as rows of names."""
+        return {"SCORES": scores, "CLASS_IDS": ids, "LABELS": [[self.labels[c] for c in row] for row in ids]}

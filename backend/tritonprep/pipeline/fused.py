@@ -7,17 +7,19 @@ kernels) hands a GPU tensor to ``classifier`` (the network), which hands logits 
 on one GPU the steps' processes time-slice the GPU between their CUDA contexts. This model does
 the same three things in one process, per ``execute()``:
 
-1. the images of all requests are decoded and preprocessed as one batch by the preprocess
-   executor (:class:`~tritonprep.triton.preprocess.PreprocessModel`: the same spec parameters,
-   limits, metrics and per-image errors as the ``preprocess`` model);
+1. the images of all requests are decoded and preprocessed as one batch by the preprocess stage
+   (:class:`~tritonprep.triton.preprocess.PreprocessStage`: the same spec parameters, limits,
+   metrics and per-image errors as the ``preprocess`` model);
 2. the batch of the requests whose images all decoded runs through the network
    (:func:`~tritonprep.classifier.runtimes.load_runtime`: on a GPU instance ONNX Runtime's CUDA EP
    with a session and CUDA graph per batch bucket, reading the executor's GPU batch where it is);
-3. the logits come to the host once (a few KB per image) for softmax and top-k.
+3. the logits come to the host once (a few KB per image) for softmax and top-k
+   (:class:`~tritonprep.classifier.postprocess.TopK`, the ``postprocess`` model's).
 
-Outputs are ``classify``'s: ``SCORES``, ``CLASS_IDS``, ``LABELS`` (``k`` = their dims). Errors are
-too: a bad image fails its own request (``image i of n: ...``), a network failure on the batch is
-retried request by request, a broken instance takes itself out of service.
+These are the steps of one :class:`~tritonprep.triton.isolation.RequestIsolation`, so the errors are
+``classify``'s too: a bad image fails its own request (``image i of n [reason]: ...``), a failure of
+either step on the batch is retried request by request, a broken instance takes itself out of service.
+Outputs are ``classify``'s: ``SCORES``, ``CLASS_IDS``, ``LABELS`` (``k`` = their dims).
 
 Parameters: every preprocess parameter (see ``tritonprep.spec``) for the network's input, and the
 classifier's runtime options (``tritonprep.classifier.runtimes``) prefixed with ``network.``;
@@ -27,24 +29,21 @@ classifier's runtime options (``tritonprep.classifier.runtimes``) prefixed with 
 
 from __future__ import annotations
 
-import json
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..classifier.postprocess import imagenet_labels, top_k
+from ..classifier.postprocess import TopK
 from ..classifier.runtimes import RuntimeOptions, load_runtime
-from ..errors import ConfigError, ImageError, RequestError
-from ..executors import BatchResult
+from ..errors import ConfigError
 from ..spec import PreprocessConfig
+from ..triton.isolation import RequestIsolation, row_batched
 from ..triton.pb import model_config, output_dims, parameters
-from ..triton.preprocess import ImageBatch, PreprocessModel, gather_images
-from ..triton.responses import batched_responses
-from ..triton.tensors import bytes_tensor, output_tensor, to_numpy
+from ..triton.preprocess import Preprocessed, PreprocessStage, RequestImages
+from ..triton.tensors import named_tensors, to_numpy
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +53,6 @@ NETWORK_PREFIX = "network."
 DEFAULT_NETWORK = "classifier/1/model.onnx"
 #: the image output the preprocess spec describes (internal: it never leaves the process)
 PIXELS = "PIXELS"
-OUTPUTS = ("SCORES", "CLASS_IDS", "LABELS")
 
 
 def split_parameters(params: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
@@ -64,87 +62,61 @@ def split_parameters(params: Mapping[str, str]) -> tuple[dict[str, str], dict[st
     return prep, net
 
 
-def _prefixed(error: ImageError, index: int, count: int) -> ImageError:
-    """``error`` with ``image i of n:`` in front, as the preprocess model words it."""
-    e = type(error)(f"image {index} of {count}: {error}")
-    e.reason = error.reason
-    return e
-
-
-class FusedClassifyModel(PreprocessModel):
-    """One instance of ``classify_fused``: the preprocess model with the network and top-k behind it."""
+class FusedClassifyModel:
+    """One instance of ``classify_fused``: the preprocess stage, the network and top-k as the steps of one job."""
 
     def __init__(self, args: Mapping[str, str], input_name: str = "IMAGE") -> None:
         config = model_config(args)
         prep_params, net_params = split_parameters(parameters(config))
-        dims = output_dims(config)
-        missing = [name for name in OUTPUTS if name not in dims]
-        if missing:
-            raise ConfigError(f"classify_fused declares no output {missing}; it answers {list(OUTPUTS)} like classify")
-        self.k = dims["SCORES"][0]
-        if any(dims[name] != [self.k] for name in OUTPUTS):
-            raise ConfigError(f"SCORES, CLASS_IDS and LABELS must all have dims [k]; the config has {dims}")
-        network = Path(args["model_repository"]).parent / net_params.pop("model", DEFAULT_NETWORK)
+        self.top_k = TopK.from_output_dims(output_dims(config))
         max_batch = int(config.get("max_batch_size", 0))
-        spec = PreprocessConfig.from_parameters(prep_params, [PIXELS]).shared
+        if max_batch < 1:
+            raise ConfigError("classify_fused needs max_batch_size >= 1 (images travel along the batch dim)")
+        prep_config = PreprocessConfig.from_parameters(prep_params, [PIXELS])
+        spec = prep_config.shared
         if spec.layout != "NCHW" or spec.dtype != "FP32":
             raise ConfigError(
                 f"the network takes FP32 NCHW input; the preprocess parameters give {spec.dtype} {spec.layout}"
             )
-        # The preprocess layer sees the preprocess parameters and PIXELS, the network's input, as its output.
-        prep_config = {
-            **config,
-            "parameters": {k: {"string_value": v} for k, v in prep_params.items()},
-            "output": [{"name": PIXELS, "data_type": spec.triton_dtype, "dims": list(spec.output_shape)}],
-        }
-        super().__init__({**args, "model_config": json.dumps(prep_config)}, input_name=input_name)
+        self.prep = PreprocessStage(prep_config, args, input_name)
+        network = Path(args["model_repository"]).parent / net_params.pop("model", DEFAULT_NETWORK)
         self.runtime = load_runtime(
             network,
             spec.output_shape,
             options=RuntimeOptions.from_parameters(net_params, max_batch),
             device_id=int(args["model_instance_device_id"]),
-            use_gpu=self.executor.name == "gpu",
+            use_gpu=self.prep.executor.name == "gpu",
             max_batch=max_batch,
-            stream=getattr(self.executor, "stream", None),  # the GPU executor's: one stream for the whole job
+            stream=getattr(self.prep.executor, "stream", None),  # the GPU executor's: one stream for the whole job
         )
-        self.labels = imagenet_labels()
+        self.requests = RequestIsolation(
+            args["model_name"],
+            self.read,
+            [self.prep.preprocess, row_batched(self.classify)],
+            self.respond,
+            on_rejections=self.prep.metrics.record_rejections,
+            timer=self.prep.timer,
+        )
         log.info("classify_fused instance %s: network %s on %s, top %d", args["model_instance_name"], network.name,
-                 self.runtime.name, self.k)  # fmt: skip
+                 self.runtime.name, self.top_k.k)  # fmt: skip
 
-    def gather(self, requests: Sequence[Any]) -> ImageBatch:
-        """Every request wants the network input (its own outputs are computed from it)."""
-        batch = gather_images(requests, self.input_name, self.spec.limits.max_images_per_request)
-        batch.requested = [frozenset({PIXELS})] * len(batch.spans)
-        return batch
+    def execute(self, requests: Sequence[Any]) -> list[Any]:
+        """One response per request, whatever happens."""
+        with self.prep.executing(len(requests)):
+            return self.requests.execute(requests)
 
-    def respond(self, batch: ImageBatch, result: BatchResult, first_rows: Sequence[Mapping[str, int]]) -> list[Any]:
-        """The network over the requests whose images all decoded, then top-k; one response per request."""
-        pixels = result.outputs.get(PIXELS)
-        t0 = time.perf_counter()
+    def read(self, request: Any) -> RequestImages:
+        """A request's images; every request wants the network input (its own outputs are computed from it)."""
+        return self.prep.read(request, wanted=frozenset({PIXELS}))
 
-        def read(r: int) -> Any:
-            start, stop = batch.spans[r]
-            if r in batch.request_errors:
-                raise batch.request_errors[r]
-            bad = next((i for i in range(start, stop) if i in result.errors), None)
-            if bad is not None:
-                raise _prefixed(result.errors[bad], bad - start + 1, stop - start)
-            if stop == start or pixels is None:
-                raise RequestError("request carries no image")
-            row = first_rows[r][PIXELS]
-            return pixels[row : row + stop - start]
+    def classify(self, parts: list[Preprocessed]) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k probabilities and class ids of the network over the requests' pixels, one after the other."""
+        return self.top_k(to_numpy(self.runtime.infer_many([p.outputs[PIXELS] for p in parts])))
 
-        responses = batched_responses(range(len(batch.spans)), read, self.classify, self.tensors, what="classify_fused")
-        result.timings["network_s"] = time.perf_counter() - t0
-        return responses
-
-    def classify(self, parts: list[Any]) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k probabilities and class ids of the concatenated ``parts`` (one per request)."""
-        scores, ids = top_k(to_numpy(self.runtime.infer_many(parts)), self.k)
-        return scores, ids.astype(np.int32)
-
-    def tensors(self, outputs: Sequence[np.ndarray]) -> list[Any]:
+    def respond(self, rows: Sequence[np.ndarray]) -> list[Any]:
         """One request's output tensors from its rows of :meth:`classify`'s outputs."""
-        scores, ids = outputs
-        names = [[self.labels[c] for c in row] for row in ids]
-        return [output_tensor("SCORES", scores), output_tensor("CLASS_IDS", ids), bytes_tensor("LABELS", names)]
+        return named_tensors(self.top_k.outputs(*rows))
+
+    def close(self) -> None:
+        """Send the last metrics; release the executor's threads and device memory."""
+        self.prep.close()

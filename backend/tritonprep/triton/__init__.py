@@ -3,9 +3,12 @@
 * :mod:`.pb` - ``triton_python_backend_utils`` (imported lazily: it exists only inside a stub),
   logging into Triton's log, the model config
 * :mod:`.tensors` - tensors across the boundary (DLPack, GPU tensors stay on the GPU)
-* :mod:`.responses` - error responses and :func:`~.responses.batched_responses`, which gives
-  every model one response per request and per-request errors
-* :mod:`.preprocess` - :class:`~.preprocess.PreprocessModel`, everything a preprocess instance does
+* :mod:`.isolation` - :class:`~.isolation.RequestIsolation`, the one per-request isolation engine:
+  every model answers each request on its own through it (one response per request, whatever fails)
+* :mod:`.responses` - success and error responses, :class:`~.responses.ImageRejected` (the server side of
+  the per-image error contract, :mod:`tritonprep.image_errors`)
+* :mod:`.preprocess` - :class:`~.preprocess.PreprocessStage` (images in, network inputs out) and
+  :class:`~.preprocess.PreprocessModel`, everything a preprocess instance does
 * :mod:`.health` - taking a broken instance out of service, heap trimming
 * :mod:`.metrics`, :mod:`.profiling`, :mod:`.faults` - custom metrics, phase timings, fault injection
 

@@ -41,6 +41,8 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from ..image_errors import REASONS
+
 log = logging.getLogger(__name__)
 
 #: seconds between samples of the CuPy pool gauges
@@ -48,7 +50,6 @@ POOL_SAMPLE_S = 1.0
 #: seconds from the first recorded change to the send that carries it (and what comes meanwhile)
 FLUSH_DELAY_S = 0.02
 PATHS = ("cpu", "gpu_hw", "gpu_cuda", "cpu_fallback")
-REASONS = ("decode", "format", "limit", "invalid", "internal")
 BATCH_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
 
 

@@ -30,15 +30,21 @@ class PhaseTimer:
         self._executes = self._requests = self._images = 0
         self._phases: dict[str, float] = defaultdict(float)
 
-    def record(self, requests: int, images: int, **phases: float) -> None:
-        """Add one execute's numbers (phase durations in seconds)."""
+    def add(self, images: int = 0, **phases: float) -> None:
+        """Add a part's own numbers to the execute in progress (its images, its inner phases)."""
+        if not self.enabled:
+            return
+        self._images += images
+        for k, v in phases.items():
+            self._phases[k] += v
+
+    def record(self, requests: int, images: int = 0, **phases: float) -> None:
+        """Add one execute's numbers (phase durations in seconds) and log the summary when it is due."""
         if not self.enabled:
             return
         self._executes += 1
         self._requests += requests
-        self._images += images
-        for k, v in phases.items():
-            self._phases[k] += v
+        self.add(images, **phases)
         now = time.perf_counter()
         if now - self._start >= self.interval_s:
             dt, n = now - self._start, self._executes

@@ -16,7 +16,7 @@ import numpy as np
 from ..executors import ImageInfo
 from ..geometry import window_transform
 from ..spec import PreprocessConfig, provenance_of
-from .tensors import bytes_tensor, output_tensor
+from .tensors import named_tensors
 
 
 def provenance_arrays(
@@ -44,7 +44,4 @@ def provenance_arrays(
 
 def provenance_tensors(config: PreprocessConfig, infos: Sequence[ImageInfo], requested: frozenset[str]) -> list[Any]:
     """The requested provenance outputs of one request's images as output tensors."""
-    return [
-        bytes_tensor(name, rows) if isinstance(rows, list) else output_tensor(name, rows)
-        for name, rows in provenance_arrays(config, infos, requested).items()
-    ]
+    return named_tensors(provenance_arrays(config, infos, requested))

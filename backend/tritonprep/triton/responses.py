@@ -1,26 +1,31 @@
-"""One response per request, and errors that belong to one request only.
+"""Responses: a success carrying tensors, and errors that belong to one request.
 
-:func:`batched_responses` is how every model of the repository answers an ``execute()``:
-read each request's inputs (a malformed request fails alone), run the model once over the
-whole batch, and slice each request's outputs back out. If the batch run fails for a reason
-that is not a broken instance, each request is run again alone, so that only the request
-that still fails gets an error. A failure while building one response fails that response
-alone. A broken instance (:class:`~tritonprep.errors.InstanceFailed`, e.g. a sticky CUDA error)
-takes itself out of service (:func:`~.health.fail_instance`): every request of the batch, and of
-any later batch, gets an error naming the reason. Nothing is raised out of ``execute``.
+What a client sent wrong is ``INVALID_ARG``, anything else ``INTERNAL``. A request refused because
+of one of its images says which one in the per-image contract (:mod:`tritonprep.image_errors`:
+``image 3 of 8 [decode]: ...``), which the client reads back to send the other images again.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..errors import InputError, InstanceFailed
-from .health import fail_instance, instance_failure
+from ..errors import ImageError, InputError
+from ..image_errors import ImageFailure
 from .pb import pb_utils
 
-log = logging.getLogger(__name__)
+
+class ImageRejected(InputError):
+    """Image ``index`` (0-based) of a request of ``count`` images was refused: the request fails, naming it.
+
+    Its message is the contract's wire form (:class:`~tritonprep.image_errors.ImageFailure`); it keeps
+    the image error's reason and message, not the error itself (nor its traceback).
+    """
+
+    def __init__(self, error: ImageError, index: int, count: int) -> None:
+        self.failure = ImageFailure(index, count, error.reason, str(error))
+        self.reason = error.reason
+        super().__init__(str(self.failure))
 
 
 def error_response(message: str, *, invalid_argument: bool = True) -> Any:
@@ -30,25 +35,16 @@ def error_response(message: str, *, invalid_argument: bool = True) -> Any:
     return pb.InferenceResponse(error=pb.TritonError(message, code))
 
 
-def error_response_for(error: BaseException, prefix: str = "") -> Any:
+def error_response_for(error: BaseException) -> Any:
     """The response for ``error``: INVALID_ARG for what the client sent, INTERNAL for the rest."""
     if isinstance(error, InputError):
-        return error_response(f"{prefix}{error}")
-    return error_response(f"{prefix}internal error: {type(error).__name__}: {error}", invalid_argument=False)
+        return error_response(str(error))
+    return error_response(f"internal error: {type(error).__name__}: {error}", invalid_argument=False)
 
 
 def response(tensors: Sequence[Any]) -> Any:
     """A successful response carrying ``tensors``."""
     return pb_utils().InferenceResponse(output_tensors=list(tensors))
-
-
-def guarded(build: Callable[[], Any], r: int, n: int) -> Any:
-    """``build()`` the response of request ``r`` of ``n``; a failure while building it fails this request alone."""
-    try:
-        return build()
-    except Exception as e:  # noqa: BLE001 - isolation boundary: this request fails, the others go on
-        log.exception("building the response of request %d of %d failed", r + 1, n)
-        return error_response(f"internal error building the response: {type(e).__name__}: {e}", invalid_argument=False)
 
 
 def detach_errors(errors: Mapping[Any, BaseException]) -> None:
@@ -65,93 +61,3 @@ def detach_errors(errors: Mapping[Any, BaseException]) -> None:
         error.__traceback__ = None
         error.__context__ = None
         error.__cause__ = None
-
-
-def batched_responses(
-    requests: Sequence[Any],
-    read: Callable[[Any], Any],
-    run: Callable[[list[Any]], Sequence[Any]],
-    respond: Callable[[Sequence[Any]], Sequence[Any]],
-    what: str = "model",
-) -> list[Any]:
-    """One response per request of an ``execute()`` call, whatever fails.
-
-    ``read(request)`` returns the request's input: an array whose first axis is its batch (a
-    :class:`~tritonprep.errors.InputError` or any other exception fails that request alone);
-    ``run(inputs)`` runs the model once over the inputs of all readable requests and returns
-    its outputs, each with the summed batch on the first axis; ``respond(outputs)`` turns one
-    request's slices of them into output tensors. :class:`~tritonprep.errors.InstanceFailed` from
-    either takes the instance out of service.
-    """
-    failure = instance_failure()
-    if failure is None:
-        try:
-            return _answer_each(requests, read, run, respond, what)
-        except InstanceFailed as e:
-            fail_instance(str(e))
-            failure = str(e)
-    message = f"{what} instance is out of service ({failure}); the server is restarting it"
-    return [error_response(message, invalid_argument=False) for _ in requests]
-
-
-def _answer_each(
-    requests: Sequence[Any],
-    read: Callable[[Any], Any],
-    run: Callable[[list[Any]], Sequence[Any]],
-    respond: Callable[[Sequence[Any]], Sequence[Any]],
-    what: str,
-) -> list[Any]:
-    n = len(requests)
-    inputs: dict[int, Any] = {}
-    failures: dict[int, BaseException] = {}
-    for r, request in enumerate(requests):
-        try:
-            inputs[r] = read(request)
-        except InstanceFailed:
-            raise
-        except Exception as e:  # noqa: BLE001 - isolation boundary: a request that cannot be read fails alone
-            failures[r] = e
-    outputs: dict[int, Sequence[Any]] = {}
-    if inputs:
-        try:
-            outputs = _split(run(list(inputs.values())), inputs)
-        except InstanceFailed:
-            raise
-        except Exception as e:  # noqa: BLE001 - isolation boundary: retry each request alone
-            log.warning(
-                "%s failed on a batch of %d requests (%s: %s); retrying each request alone",
-                what,
-                len(inputs),
-                type(e).__name__,
-                e,
-                exc_info=True,
-            )
-            for r, x in inputs.items():
-                try:
-                    outputs.update(_split(run([x]), {r: x}))
-                except InstanceFailed:
-                    raise
-                except Exception as e1:  # noqa: BLE001 - this request alone fails
-                    log.error("%s: request %d of %d fails alone", what, r + 1, n, exc_info=True)
-                    failures[r] = e1
-    detach_errors(failures)
-    responses = []
-    for r in range(n):
-        if r in failures:
-            responses.append(error_response_for(failures[r]))
-        else:
-            responses.append(guarded(lambda r=r: response(respond(outputs[r])), r, n))
-    return responses
-
-
-def _split(outputs: Sequence[Any], inputs: Mapping[int, Any]) -> dict[int, list[Any]]:
-    """Each request's slices of ``outputs`` (first axis: the inputs' batches, in order)."""
-    total = sum(len(x) for x in inputs.values())
-    for out in outputs:
-        if len(out) != total:
-            raise ValueError(f"the model returned {len(out)} rows for {total} inputs")
-    split, start = {}, 0
-    for r, x in inputs.items():
-        split[r] = [out[start : start + len(x)] for out in outputs]
-        start += len(x)
-    return split

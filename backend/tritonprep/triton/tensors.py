@@ -1,13 +1,13 @@
 """Tensors across the Python-backend boundary.
 
-Numeric tensors cross through DLPack (``Tensor.from_dlpack`` / ``from_dlpack``), which works
-whatever numpy the stub runs with and keeps GPU tensors on the GPU; BYTES tensors need numpy's
-object arrays (numpy < 2 in Triton 2.51's stub: DLPack cannot carry them).
+Numeric tensors cross through DLPack (``Tensor.from_dlpack`` / ``from_dlpack``, the protocol's
+``__dlpack__``), which works whatever numpy the stub runs with and keeps GPU tensors on the GPU;
+BYTES tensors need numpy's object arrays (numpy < 2 in Triton 2.51's stub: DLPack cannot carry them).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -64,15 +64,25 @@ def output_tensor(name: str, array: Any) -> Any:
             return pb.Tensor(name, array)
         return pb.Tensor.from_dlpack(name, array)
     # A CuPy array whose producing stream the caller has already synchronized (the executors
-    # do, once per batch): hand over a bare capsule, which the backend takes as is. Passing the
-    # array would make the backend run `__dlpack__(stream=...)` and a stream synchronization
-    # for every single output tensor.
-    return pb.Tensor.from_dlpack(name, array.toDlpack())
+    # do, once per batch): hand over a bare capsule from the DLPack protocol with stream=-1 ("no
+    # synchronization": the array API's value for a consumer that has ordered the work itself),
+    # which the backend takes as is, zero copy. Passing the array would make the backend call
+    # `__dlpack__(stream=<its stream>)` and synchronize that stream for every single output
+    # tensor; `toDlpack()` is deprecated (CuPy warns on every call).
+    return pb.Tensor.from_dlpack(name, array.__dlpack__(stream=-1))
 
 
 def bytes_tensor(name: str, rows: Sequence[Sequence[str]]) -> Any:
     """A BYTES output tensor of UTF-8 strings (needs numpy < 2 in the stub: DLPack cannot carry BYTES)."""
     return pb_utils().Tensor(name, np.array([[s.encode() for s in row] for row in rows], dtype=np.object_))
+
+
+def named_tensors(outputs: Mapping[str, Any]) -> list[Any]:
+    """Output tensors of ``{name: array, or rows of strings (a list of lists) for a BYTES output}``."""
+    return [
+        bytes_tensor(name, rows) if isinstance(rows, list) else output_tensor(name, rows)
+        for name, rows in outputs.items()
+    ]
 
 
 def placement(array: Any) -> str:

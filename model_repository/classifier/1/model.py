@@ -13,8 +13,8 @@ import triton_python_backend_utils as pb_utils
 
 from tritonprep.classifier.runtimes import RuntimeOptions, load_runtime
 from tritonprep.errors import PreprocessError
+from tritonprep.triton.isolation import RequestIsolation, row_batched
 from tritonprep.triton.pb import model_config, parameters
-from tritonprep.triton.responses import batched_responses
 from tritonprep.triton.tensors import input_array, output_tensor, placement, to_numpy
 
 log = logging.getLogger("tritonprep.classifier")
@@ -37,9 +37,10 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(f"classifier: {e}") from e
         log.info("classifier instance %s: runtime %s", args["model_instance_name"], self.runtime.name)
         self.placement_logged = False
+        self.requests = RequestIsolation(args["model_name"], self.read, [row_batched(self.run)], self.respond)
 
     def execute(self, requests):
-        return batched_responses(requests, self.read, self.run, self.respond, what="classifier")
+        return self.requests.execute(requests)
 
     def read(self, request):
         x = input_array(request, "input")

@@ -13,8 +13,8 @@ import triton_python_backend_utils as pb_utils
 from tritonprep.classifier.embedding import OUTPUT, as_embeddings, embedding_dtype, onnx_file
 from tritonprep.classifier.runtimes import RuntimeOptions, load_runtime
 from tritonprep.errors import PreprocessError
+from tritonprep.triton.isolation import RequestIsolation, row_batched
 from tritonprep.triton.pb import model_config, parameters
-from tritonprep.triton.responses import batched_responses
 from tritonprep.triton.tensors import input_array, output_tensor
 
 log = logging.getLogger("tritonprep.embedder")
@@ -37,9 +37,10 @@ class TritonPythonModel:
         except PreprocessError as e:
             raise pb_utils.TritonModelException(f"embedder: {e}") from e
         log.info("embedder instance %s: runtime %s, %s", args["model_instance_name"], self.runtime.name, self.dtype)
+        self.requests = RequestIsolation(args["model_name"], self.read, [row_batched(self.run)], self.respond)
 
     def execute(self, requests):
-        return batched_responses(requests, self.read, self.run, self.respond, what="embedder")
+        return self.requests.execute(requests)
 
     def read(self, request):
         return input_array(request, "input")

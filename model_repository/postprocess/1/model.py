@@ -1,33 +1,34 @@
-"""Triton Python-backend model `postprocess`: logits to top-k scores, class ids and names."""
+"""Triton Python-backend model `postprocess`: logits to top-k scores, class ids and names.
 
-import numpy as np
+The top-k and its outputs (SCORES, CLASS_IDS, LABELS; k from their dims) are
+tritonprep.classifier.postprocess.TopK, which classify_fused answers with too.
+"""
+
 import triton_python_backend_utils as pb_utils
 
-from tritonprep.classifier.postprocess import imagenet_labels, top_k
+from tritonprep.classifier.postprocess import TopK
+from tritonprep.errors import PreprocessError
+from tritonprep.triton.isolation import RequestIsolation, row_batched
 from tritonprep.triton.pb import model_config, output_dims
-from tritonprep.triton.responses import batched_responses
-from tritonprep.triton.tensors import bytes_tensor, concat, input_array, output_tensor, to_numpy
+from tritonprep.triton.tensors import concat, input_array, named_tensors, to_numpy
 
 
 class TritonPythonModel:
     def initialize(self, args):
-        dims = output_dims(model_config(args))
-        self.k = dims["SCORES"][0]
-        if any(d[0] != self.k for d in dims.values()):
-            raise pb_utils.TritonModelException("postprocess: SCORES, CLASS_IDS and LABELS must have the same dims [k]")
-        self.labels = imagenet_labels()
+        try:
+            self.top_k = TopK.from_output_dims(output_dims(model_config(args)))
+        except PreprocessError as e:
+            raise pb_utils.TritonModelException(f"postprocess: {e}") from e
+        self.requests = RequestIsolation(args["model_name"], self.read, [row_batched(self.run)], self.respond)
 
     def execute(self, requests):
-        return batched_responses(requests, self.read, self.run, self.respond, what="postprocess")
+        return self.requests.execute(requests)
 
     def read(self, request):
         return to_numpy(input_array(request, "LOGITS"))
 
     def run(self, logits):
-        scores, ids = top_k(concat(logits), self.k)
-        return scores, ids.astype(np.int32)
+        return self.top_k(concat(logits))
 
-    def respond(self, outputs):
-        scores, ids = outputs
-        names = [[self.labels[c] for c in row] for row in ids]
-        return [output_tensor("SCORES", scores), output_tensor("CLASS_IDS", ids), bytes_tensor("LABELS", names)]
+    def respond(self, rows):
+        return named_tensors(self.top_k.outputs(*rows))

@@ -7,8 +7,8 @@ what Triton's Python backend costs on its own.
 
 import cupy
 
+from tritonprep.triton.isolation import RequestIsolation, row_batched
 from tritonprep.triton.pb import model_config
-from tritonprep.triton.responses import batched_responses
 from tritonprep.triton.tensors import bytes_input, output_tensor
 
 
@@ -17,9 +17,10 @@ class TritonPythonModel:
         model_config(args)
         self.device = cupy.cuda.Device(int(args["model_instance_device_id"]))
         self.stream = cupy.cuda.Stream(non_blocking=True)
+        self.requests = RequestIsolation(args["model_name"], self.read, [row_batched(self.run)], self.respond)
 
     def execute(self, requests):
-        return batched_responses(requests, self.read, self.run, self.respond, what="null_prep")
+        return self.requests.execute(requests)
 
     def read(self, request):
         return bytes_input(request, "IMAGE")

@@ -6,13 +6,12 @@ the tests use to check that the data arrived intact.
 """
 
 import logging
-import time
 
 import numpy as np
 
+from tritonprep.triton.isolation import RequestIsolation, row_batched
 from tritonprep.triton.pb import model_config, parameters
 from tritonprep.triton.profiling import PhaseTimer
-from tritonprep.triton.responses import batched_responses
 from tritonprep.triton.tensors import concat, input_array, output_tensor, placement, to_numpy
 
 
@@ -20,13 +19,13 @@ class TritonPythonModel:
     def initialize(self, args):
         self.checksum = parameters(model_config(args)).get("checksum", "false") == "true"
         self.placement = None
-        self.timer = PhaseTimer(args["model_instance_name"])  # logs with TRITONPREP_PROFILE=1
+        timer = PhaseTimer(args["model_instance_name"])  # logs with TRITONPREP_PROFILE=1
+        self.requests = RequestIsolation(
+            args["model_name"], self.read, [row_batched(self.run)], self.respond, timer=timer
+        )
 
     def execute(self, requests):
-        t0 = time.perf_counter()
-        responses = batched_responses(requests, self.read, self.run, self.respond, what="sink")
-        self.timer.record(len(requests), 0, total=time.perf_counter() - t0)
-        return responses
+        return self.requests.execute(requests)
 
     def read(self, request):
         x = input_array(request, "PIXELS")
