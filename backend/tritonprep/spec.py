@@ -47,7 +47,7 @@ EXECUTORS = ("auto", "gpu", "cpu")
 GPU_DECODERS = ("nvimgcodec", "pillow")
 #: where the hardware (and CUDA) decoder objects decode: each on a CUDA stream of its own, or on the instance's
 HW_DECODER_STREAMS = ("own", "caller")
-KNOWN_FORMATS = ("JPEG", "PNG", "WEBP", "BMP", "GIF", "TIFF")
+KNOWN_FORMATS = ("JPEG", "PNG", "WEBP", "BMP", "GIF", "TIFF", "JPEG2000")
 
 #: where a parameter applies: to each image output (may be prefixed) or to the model (shared by all outputs)
 OUTPUT, SHARED = "output", "shared"
@@ -253,8 +253,8 @@ PARAMETERS: tuple[Parameter, ...] = (
         "allowed_formats",
         "limits.allowed_formats",
         _upper_list,
-        "JPEG,PNG,WEBP,BMP,GIF,TIFF",
-        "formats Pillow may open",
+        "JPEG,PNG,WEBP,BMP,GIF,TIFF,JPEG2000",
+        "formats the server opens (JPEG2000: J2K codestreams and JP2 files)",
     ),
 )
 

@@ -114,7 +114,17 @@ class RuntimeOptions:
     gpu_mem_limit_mb: int = 0
     #: the instance's GPU memory budget (the parameter's text: tritonprep.memory), "" for none
     gpu_memory_mb: str = ""
-    ep: CudaEpOptions = CudaEpOptions()
+    cudnn_conv_algo_search: str = "heuristic"
+    cudnn_conv_use_max_workspace: bool = False
+    arena_extend_strategy: str = "same_as_requested"
+
+    def __post_init__(self) -> None:
+        self.ep  # noqa: B018 - checks the ONNX Runtime options however the options were made
+
+    @property
+    def ep(self) -> CudaEpOptions:
+        """The ONNX Runtime CUDA EP options (tritonprep.classifier.ort_options)."""
+        return CudaEpOptions(self.cudnn_conv_algo_search, self.cudnn_conv_use_max_workspace, self.arena_extend_strategy)
 
     @property
     def budget_mb(self) -> int | None:
@@ -159,16 +169,14 @@ class RuntimeOptions:
             batch_buckets=buckets,
             gpu_mem_limit_mb=int(limit),
             gpu_memory_mb=_budget(params.get("gpu_memory_mb", ""), buckets),
-            ep=CudaEpOptions(
-                conv_algo_search=_choice(
-                    "cudnn_conv_algo_search", params.get("cudnn_conv_algo_search", "heuristic"), CONV_ALGO_SEARCH
-                ),
-                conv_max_workspace=_bool(
-                    "cudnn_conv_use_max_workspace", params.get("cudnn_conv_use_max_workspace", "false")
-                ),
-                arena_extend_strategy=_choice(
-                    "arena_extend_strategy", params.get("arena_extend_strategy", "same_as_requested"), ARENA_EXTEND
-                ),
+            cudnn_conv_algo_search=_choice(
+                "cudnn_conv_algo_search", params.get("cudnn_conv_algo_search", "heuristic"), CONV_ALGO_SEARCH
+            ),
+            cudnn_conv_use_max_workspace=_bool(
+                "cudnn_conv_use_max_workspace", params.get("cudnn_conv_use_max_workspace", "false")
+            ),
+            arena_extend_strategy=_choice(
+                "arena_extend_strategy", params.get("arena_extend_strategy", "same_as_requested"), ARENA_EXTEND
             ),
         )
 
