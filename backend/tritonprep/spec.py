@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from .errors import ConfigError
+from .memory import instance_budget_mb
 
 RESIZE_MODES = ("shorter_side_crop", "letterbox", "stretch")
 #: bilinear and bicubic are Pillow's antialiased filters; cv2_linear is OpenCV's INTER_LINEAR (no antialiasing)
@@ -239,6 +240,14 @@ PARAMETERS: tuple[Parameter, ...] = (
         "width,height,batch the hardware decoders preallocate buffers for",
     ),
     Parameter(
+        "gpu_memory_mb",
+        "gpu_memory_mb",
+        lambda _name, text: text.strip(),
+        "",
+        "GPU instances: the most GPU memory one instance may hold, its CUDA context included, MiB (empty: no cap); "
+        "caps its CuPy pool and the decoded images it keeps (tritonprep.memory)",
+    ),
+    Parameter(
         "fancy_upsampling",
         "fancy_upsampling",
         _bool,
@@ -338,6 +347,7 @@ class PreprocessSpec:
     hw_prealloc_height: int = 768
     hw_prealloc_batch: int = 64
     fancy_upsampling: bool = True
+    gpu_memory_mb: str = ""
     limits: Limits = field(default_factory=Limits)
 
     def __post_init__(self) -> None:
@@ -380,6 +390,8 @@ class PreprocessSpec:
                 )
         if min(self.hw_prealloc_width, self.hw_prealloc_height, self.hw_prealloc_batch) < 1:
             raise ConfigError("hw_decoder_prealloc must be three positive integers: width,height,batch")
+        if self.gpu_memory_mb:
+            instance_budget_mb(self.gpu_memory_mb)  # a malformed budget fails the load, not the first GPU use
 
     # ------------------------------------------------------------------ derived values
     @property

@@ -20,7 +20,7 @@ ALLOWED = {
     # an instance's GPU memory budget and its start-up cache folder: read by every GPU part
     "memory": {"errors"},
     "cache": set(),
-    "spec": {"errors"},
+    "spec": {"errors", "memory"},
     "geometry": {"errors", "spec"},
     "decode": {"errors", "spec"},
     "kernels": set(),  # plain values only: no specs, decoders or Triton

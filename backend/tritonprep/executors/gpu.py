@@ -9,6 +9,13 @@ into its batch, which stays on the GPU and leaves the model through DLPack. Each
 decoded once, however many outputs read it. All GPU work is ordered on this instance's own CUDA stream
 (the decoder objects decode on streams of their own, joined to it by events: hw_decoder_streams),
 synchronized once at the end, because Triton reads the outputs right after ``execute``.
+
+With a ``gpu_memory_mb`` budget (:mod:`tritonprep.memory`) the executor caps CuPy's memory pool to
+it, less the CUDA context and the hardware decoders' preallocated buffers, and the decoded images
+its decoders keep for reuse to a quarter of that; a batch that does not fit raises
+:class:`~tritonprep.errors.ResourceExhausted` (the model retries it request by request) instead of
+the process running out of memory. :attr:`GpuExecutor.timings` holds the start-up phases' seconds
+and :meth:`GpuExecutor.close` releases the GPU in order (decoders, then pools, then the stream).
 """
 
 from __future__ import annotations
@@ -21,12 +28,15 @@ from typing import Any
 
 import numpy as np
 
+from .. import cache
 from ..decode import ImageHeader, validate
+from ..decode.failures import FailureLog
 from ..decode.nvimgcodec import DecodedImage, GpuDecoder, import_cupy
 from ..decode.pillow import decode_rgb
-from ..errors import STICKY_CUDA_ERRORS, ImageError, InstanceFailed, RuntimeUnavailable
+from ..errors import STICKY_CUDA_ERRORS, ImageError, InstanceFailed, ResourceExhausted, RuntimeUnavailable
 from ..geometry import check_resizable, plan_resize
 from ..kernels.layout import ImageMeta, pack
+from ..memory import CUDA_CONTEXT_MB, instance_budget_mb, working_mb
 from ..spec import PreprocessConfig, PreprocessSpec
 from .base import BatchResult, ImageInfo, Wanted, as_config, resolve_wanted
 
@@ -34,6 +44,20 @@ log = logging.getLogger(__name__)
 
 #: the largest pinned staging buffer kept between calls (bigger uploads get a temporary one)
 STAGING_KEEP_BYTES = 64 << 20
+#: what nvJPEG's hardware decoder holds per preallocated pixel (its RGB output buffers), bytes
+HW_PREALLOC_BYTES_PER_PIXEL = 3
+
+
+def pool_limit_mb(spec: PreprocessSpec) -> int | None:
+    """The CuPy pool cap of an instance of ``spec`` (None: no ``gpu_memory_mb``): its budget less the CUDA
+    context and the hardware decoders' preallocated buffers."""
+    budget = instance_budget_mb(spec.gpu_memory_mb)
+    if budget is None:
+        return None
+    decoders = spec.hw_decoders if spec.gpu_decoder == "nvimgcodec" and spec.hw_decoder else 0
+    pixels = spec.hw_prealloc_width * spec.hw_prealloc_height * spec.hw_prealloc_batch
+    decoders_mb = -(-decoders * pixels * HW_PREALLOC_BYTES_PER_PIXEL // 2**20)
+    return working_mb(budget, CUDA_CONTEXT_MB + decoders_mb, "preprocessing batches")
 
 
 def resize_into(spec: PreprocessSpec, sources: Mapping[int, tuple[int, int, int, int]], out: Any, stream: Any) -> None:
@@ -67,20 +91,34 @@ class GpuExecutor:
     name = "gpu"
 
     def __init__(self, spec: PreprocessSpec | PreprocessConfig, device_id: int = 0) -> None:
+        t0 = time.perf_counter()
+        #: seconds of each start-up phase (imports, cuda_context, decoders, warm_up), for the instance report
+        self.timings: dict[str, float] = {}
+        cache.use_for_cupy()  # before the first kernel is compiled: a later start loads it from the cache
         cp = import_cupy()
         self.cp = cp
         self.config = as_config(spec)
         #: the settings all outputs share: decoding, threads, limits
         self.spec = spec = self.config.shared
+        #: the CuPy pool's cap, MiB (None: no gpu_memory_mb)
+        self.pool_limit_mb = pool_limit_mb(spec)
+        self.failures = FailureLog(log, f"GPU executor on device {device_id}")
+        self.timings["imports"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
         try:
             self.device = cp.cuda.Device(device_id)
             self.device.use()
             self.stream = cp.cuda.Stream(non_blocking=True)
         except cp.cuda.runtime.CUDARuntimeError as e:
             raise RuntimeUnavailable(f"GPU {device_id} is not usable: {e}") from None
+        if self.pool_limit_mb is not None:
+            with self.device:
+                cp.get_default_memory_pool().set_limit(size=self.pool_limit_mb << 20)
         from ..kernels import launch  # imports CuPy-dependent code only now
 
         self._kernels = launch
+        self.timings["cuda_context"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
         self.decoder: GpuDecoder | None = None
         if spec.gpu_decoder == "nvimgcodec":
             try:
@@ -95,14 +133,19 @@ class GpuExecutor:
                     cuda_threads=spec.cuda_decoder_threads,
                     hw_share=spec.hw_decoder_share,
                     prealloc=(spec.hw_prealloc_width, spec.hw_prealloc_height, spec.hw_prealloc_batch),
+                    keep_bytes=None if self.pool_limit_mb is None else (self.pool_limit_mb << 20) // 4,
                 )
             except RuntimeUnavailable as e:
                 log.warning("GPU %d: %s; decoding with Pillow, preprocessing on the GPU", device_id, e)
+        self.timings["decoders"] = time.perf_counter() - t0
         self._pool = ThreadPoolExecutor(max_workers=spec.resolved_cpu_threads, thread_name_prefix="tritonprep-gpu-cpu")
         self._pinned: Any = None
         self._in_flight_staging: Any = None
+        self._closed = False
         try:
+            t0 = time.perf_counter()
             self._warm_up()
+            self.timings["warm_up"] = time.perf_counter() - t0
         except BaseException:  # the caller never gets this executor: stop its threads and decoders here
             self.close()
             raise
@@ -113,7 +156,8 @@ class GpuExecutor:
         kernels = ", ".join(
             f"{name} {s.interpolation}/{s.layout}/{s.channel_order}/{s.dtype}" for name, s in self.config.outputs
         )
-        return f"GPU executor on device {self.device.id}: decoder {decoder}; kernel {kernels}"
+        pool = f"; CuPy pool capped at {self.pool_limit_mb} MiB" if self.pool_limit_mb is not None else ""
+        return f"GPU executor on device {self.device.id}: decoder {decoder}; kernel {kernels}{pool}"
 
     # ------------------------------------------------------------------ helpers
     def _warm_up(self) -> None:
@@ -154,22 +198,26 @@ class GpuExecutor:
     @staticmethod
     def _gpu_decodable(header: ImageHeader) -> bool:
         """Whether the GPU decoder should take the image: JPEGs except CMYK/YCCK (Pillow converts Adobe
-        CMYK correctly) and malformed EXIF (Pillow's reading of it is the reference, nvImageCodec's may differ)."""
+        CMYK correctly) and malformed EXIF (Pillow's reading of it is the reference, nvImageCodec's may differ);
+        JPEG 2000 and TIFF files whose header says the GPU decodes them as Pillow does."""
         jpeg = header.jpeg
-        return jpeg is not None and jpeg.components in (1, 3) and jpeg.orientation is not None
+        if jpeg is None:
+            return header.gpu_decodable
+        return jpeg.components in (1, 3) and jpeg.orientation is not None
 
-    def _gpu_decode(self, data: list[bytes]) -> list[DecodedImage | None]:
-        """Batch decode; if the decoder fails the whole batch, bisect to isolate the culprits."""
+    def _gpu_decode(self, data: list[bytes], hardware: list[bool]) -> list[DecodedImage | None]:
+        """Batch decode (``hardware``: JPEGs, which may go to the hardware decoder); if the decoder fails the
+        whole batch, bisect to isolate the culprits."""
         assert self.decoder is not None
         try:
-            return self.decoder.decode(data)
+            return self.decoder.decode(data, hardware)
         except (RuntimeError, ValueError) as e:
             self.check_context()  # a poisoned context is not the images' fault: fail the instance
             if len(data) == 1:
-                log.warning("nvImageCodec failed on an image (%s); falling back to Pillow for it", e)
+                self.failures.count("gpu_error", example=f"nvImageCodec: {e}; Pillow decodes it", level=logging.WARNING)
                 return [None]
             mid = len(data) // 2
-            return self._gpu_decode(data[:mid]) + self._gpu_decode(data[mid:])
+            return self._gpu_decode(data[:mid], hardware[:mid]) + self._gpu_decode(data[mid:], hardware[mid:])
 
     def _cpu_decode(self, data: bytes, header: ImageHeader) -> np.ndarray | ImageError:
         try:
@@ -201,7 +249,18 @@ class GpuExecutor:
         """
         cp = self.cp
         try:
-            return self._run(images, resolve_wanted(self.config, len(images), wanted))
+            try:
+                return self._run(images, resolve_wanted(self.config, len(images), wanted))
+            except cp.cuda.memory.OutOfMemoryError:
+                self._release_pools()  # what the pool caches in blocks of the wrong sizes: once more with it freed
+                return self._run(images, resolve_wanted(self.config, len(images), wanted))
+        except cp.cuda.memory.OutOfMemoryError as e:
+            self._release_pools()
+            raise ResourceExhausted(
+                f"{len(images)} image(s) do not fit in this instance's GPU memory "
+                + (f"(gpu_memory_mb caps its CuPy pool at {self.pool_limit_mb} MiB)" if self.pool_limit_mb else "")
+                + f": {e}; send fewer or smaller images per request, or raise gpu_memory_mb"
+            ) from None
         except (cp.cuda.runtime.CUDARuntimeError, cp.cuda.driver.CUDADriverError) as e:
             if getattr(e, "status", None) in STICKY_CUDA_ERRORS:
                 raise InstanceFailed(
@@ -242,8 +301,10 @@ class GpuExecutor:
         decoded_by = {"gpu_hw": 0, "gpu_cuda": 0, "cpu_fallback": 0}
         with self.device, self.stream:
             if gpu_idx:
-                for i, img in zip(gpu_idx, self._gpu_decode([images[i] for i in gpu_idx])):
+                hardware = [headers[i].format == "JPEG" for i in gpu_idx]
+                for i, img in zip(gpu_idx, self._gpu_decode([images[i] for i in gpu_idx], hardware)):
                     if img is None:
+                        self.failures.count("gpu_fallback", example=f"a {headers[i].format} the GPU declined")
                         cpu_idx.append(i)
                     else:
                         sources[i] = (img.ptr, img.width, img.height, img.pitch)
@@ -257,6 +318,8 @@ class GpuExecutor:
                 )
                 host = [(i, a) for i, a in zip(cpu_idx, decoded) if isinstance(a, np.ndarray)]
                 errors.update({i: a for i, a in zip(cpu_idx, decoded) if isinstance(a, ImageError)})
+            for e in errors.values():
+                self.failures.count(e.reason, example=str(e))
                 if host:
                     buf, offsets = self._upload([a for _, a in host])
                     keep_alive.append(buf)
@@ -290,14 +353,38 @@ class GpuExecutor:
             images=infos,
         )
 
+    def _release_pools(self) -> None:
+        """Hand the cached blocks of CuPy's device and pinned pools back to the driver."""
+        with self.device:
+            self.cp.get_default_memory_pool().free_all_blocks()
+        self._release_pinned()
+
     def close(self) -> None:
-        """Wait for outstanding GPU work, then release the decoders and the CPU fallback threads."""
+        """Release the GPU, in the order that cannot fail at interpreter exit; idempotent.
+
+        The stream's work is awaited, the decoders closed (their threads joined, their images, decoder
+        objects, streams and events released in order), the CPU fallback threads joined, the staging buffer
+        and the pools' cached blocks handed back, and the stream dropped last.
+        """
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
         try:
             self.stream.synchronize()
-        finally:  # a poisoned context raises here: the threads are stopped all the same
+        except (self.cp.cuda.runtime.CUDARuntimeError, self.cp.cuda.driver.CUDADriverError) as e:
+            log.info("closing the GPU executor after a CUDA error (%s): releasing what can be released", e)
+        finally:  # a poisoned context raises above: the threads are stopped all the same
             if self.decoder is not None:
                 self.decoder.close()
+                self.decoder = None
             self._pool.shutdown(wait=True)
+            self.failures.flush()
+            self._pinned = self._in_flight_staging = None
+            try:
+                self._release_pools()
+            except (self.cp.cuda.runtime.CUDARuntimeError, self.cp.cuda.driver.CUDADriverError) as e:
+                log.info("releasing the CuPy pools: %s", e)
+            self.stream = None
 
     def __enter__(self) -> GpuExecutor:
         return self

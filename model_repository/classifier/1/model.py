@@ -14,7 +14,7 @@ import triton_python_backend_utils as pb_utils
 from tritonprep.classifier.runtimes import RuntimeOptions, load_runtime
 from tritonprep.errors import PreprocessError
 from tritonprep.triton.isolation import RequestIsolation, row_batched
-from tritonprep.triton.pb import model_config, parameters
+from tritonprep.triton.pb import model_config, parameters, teardown_logging
 from tritonprep.triton.tensors import input_array, output_tensor, placement, to_numpy
 
 log = logging.getLogger("tritonprep.classifier")
@@ -56,3 +56,10 @@ class TritonPythonModel:
 
     def respond(self, outputs):
         return [output_tensor("logits", outputs[0])]
+
+    def finalize(self):
+        # the sessions, their CUDA graphs and buffers go now, in order, not at interpreter exit
+        try:
+            self.runtime.close()
+        finally:
+            teardown_logging()

@@ -14,7 +14,7 @@ from tritonprep.classifier.embedding import OUTPUT, as_embeddings, embedding_dty
 from tritonprep.classifier.runtimes import RuntimeOptions, load_runtime
 from tritonprep.errors import PreprocessError
 from tritonprep.triton.isolation import RequestIsolation, row_batched
-from tritonprep.triton.pb import model_config, parameters
+from tritonprep.triton.pb import model_config, parameters, teardown_logging
 from tritonprep.triton.tensors import input_array, output_tensor
 
 log = logging.getLogger("tritonprep.embedder")
@@ -50,3 +50,10 @@ class TritonPythonModel:
 
     def respond(self, outputs):
         return [output_tensor(OUTPUT, outputs[0])]
+
+    def finalize(self):
+        # the sessions, their CUDA graphs and buffers go now, in order, not at interpreter exit
+        try:
+            self.runtime.close()
+        finally:
+            teardown_logging()
