@@ -238,12 +238,14 @@ class OrtCudaRuntime:
             self.close()
             raise
         log.info(
-            "classifier on GPU %d: %s, batch buckets %s (one session each, captured while loading), cuDNN %s%s",
+            "classifier on GPU %d: %s, batch buckets %s (one session each, captured while loading), cuDNN %s%s; "
+            "started in %s",
             device_id,
             self.name,
             ",".join(map(str, buckets)),
             self.ep_options.describe(),
             f", arenas capped at {','.join(map(str, self.session_caps_mb))} MiB" if any(self.session_caps_mb) else "",
+            ", ".join(f"{k} {v:.2f} s" for k, v in self.timings.items()),
         )
 
     def _session(self, ort: Any, onnx_path: Path, dim_name: str, size: int, provider: dict[str, str]) -> Any:
@@ -366,6 +368,7 @@ class OrtCudaRuntime:
         if self._closed:
             return
         self._closed = True
+        t0 = time.perf_counter()
         cp = self._cp if hasattr(self, "_cp") else None
         if cp is not None and hasattr(self, "stream"):
             try:
@@ -388,6 +391,7 @@ class OrtCudaRuntime:
                     cp.get_default_memory_pool().free_all_blocks()
             if self._own_stream:
                 self.stream = None
+            log.info("network on GPU %d: released in %.2f s", self.device.id, time.perf_counter() - t0)
 
     def bucket_for(self, n: int) -> int:
         """The batch size ``n`` images run at (the smallest bucket that holds them)."""

@@ -157,7 +157,10 @@ class GpuExecutor:
             f"{name} {s.interpolation}/{s.layout}/{s.channel_order}/{s.dtype}" for name, s in self.config.outputs
         )
         pool = f"; CuPy pool capped at {self.pool_limit_mb} MiB" if self.pool_limit_mb is not None else ""
-        return f"GPU executor on device {self.device.id}: decoder {decoder}; kernel {kernels}{pool}"
+        phases = ", ".join(f"{k} {v:.2f} s" for k, v in self.timings.items())
+        return (
+            f"GPU executor on device {self.device.id}: decoder {decoder}; kernel {kernels}{pool}; started in {phases}"
+        )
 
     # ------------------------------------------------------------------ helpers
     def _warm_up(self) -> None:
@@ -369,6 +372,7 @@ class GpuExecutor:
         if getattr(self, "_closed", True):
             return
         self._closed = True
+        t0 = time.perf_counter()
         try:
             self.stream.synchronize()
         except (self.cp.cuda.runtime.CUDARuntimeError, self.cp.cuda.driver.CUDADriverError) as e:
@@ -384,6 +388,7 @@ class GpuExecutor:
                 self._release_pools()
             except (self.cp.cuda.runtime.CUDARuntimeError, self.cp.cuda.driver.CUDADriverError) as e:
                 log.info("releasing the CuPy pools: %s", e)
+            log.info("GPU executor on device %d: released in %.2f s", self.device.id, time.perf_counter() - t0)
             self.stream = None
 
     def __enter__(self) -> GpuExecutor:
