@@ -28,16 +28,8 @@ DEFAULT_ONNX = Path(__file__).resolve().parent.parent / "model_repository" / "cl
 log = logging.getLogger("build_engine")
 
 try:
-    from tritonprep.classifier.engines import (
-        BUILDER_CHOICES,
-        BuildOptions,
-        EngineBuildError,
-        Platform,
-        build_or_reuse,
-        find_builder,
-        network_input,
-        query_gpu,
-    )
+    from tritonprep.classifier.builders import BUILDER_CHOICES, find_builder, query_gpu
+    from tritonprep.classifier.engines import BuildOptions, EngineBuildError, Platform, build_or_reuse, network_input
     from tritonprep.errors import ConfigError, RuntimeUnavailable
 except ImportError as _e:  # run from a checkout without the package installed
     sys.stderr.write(

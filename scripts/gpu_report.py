@@ -45,11 +45,12 @@ def agreement_pct(a: np.ndarray, b: np.ndarray) -> tuple[float, float, int]:
 def environment(cp) -> list[str]:
     props = cp.cuda.runtime.getDeviceProperties(0)
     name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
-    try:
-        from nvidia import nvimgcodec
+    from tritonprep.decode.nvimgcodec import import_nvimgcodec
+    from tritonprep.errors import RuntimeUnavailable
 
-        nv_version = getattr(nvimgcodec, "__version__", "?")
-    except ImportError:
+    try:
+        nv_version = getattr(import_nvimgcodec(), "__version__", "?")
+    except RuntimeUnavailable:
         nv_version = "not installed"
     import PIL
 
@@ -67,7 +68,7 @@ def resize_section(cp, photos: dict[str, np.ndarray]) -> list[str]:
     from tritonprep.executors.cpu import normalize_window, resize_pil
     from tritonprep.executors.gpu import resize_into
     from tritonprep.geometry import plan_resize
-    from tritonprep.spec import PreprocessSpec
+    from tritonprep.spec import OutputSpec
 
     lines = [
         "## 1. Resize: fused kernel vs Pillow (same uint8 pixels)",
@@ -87,7 +88,7 @@ def resize_section(cp, photos: dict[str, np.ndarray]) -> list[str]:
     ]
     worst = 100.0
     for interp, label, kw in configs:
-        spec = PreprocessSpec(interpolation=interp, mean=(0, 0, 0), std=(1, 1, 1), **kw)
+        spec = OutputSpec(interpolation=interp, mean=(0, 0, 0), std=(1, 1, 1), **kw)
         arrays = list(photos.values())
         with stream:
             dev = [cp.asarray(a) for a in arrays]
@@ -159,10 +160,10 @@ def end_to_end_section(cp, photos: dict[str, np.ndarray], onnx: Path) -> list[st
     from tritonprep.classifier.postprocess import imagenet_labels, softmax
     from tritonprep.executors.cpu import CpuExecutor
     from tritonprep.executors.gpu import GpuExecutor
-    from tritonprep.spec import PreprocessSpec
+    from tritonprep.spec import OutputSpec
 
     labels = imagenet_labels()
-    spec = PreprocessSpec()  # the repository's preprocess config: Lite0 normalization
+    spec = OutputSpec()  # the repository's preprocess config: Lite0 normalization
     images = {f"{k}.jpg": bench_images_encode(a) for k, a in photos.items()}
     images.update({f"{k}.png": _png(a) for k, a in list(photos.items())[:2]})
     images.update({f"500x375 #{i}.jpg": b for i, b in enumerate(bench_images.make_jpegs(500, 375, 8, seed=5))})
@@ -214,10 +215,11 @@ def timed(fn, reps: int) -> float:
 def throughput_section(cp, nv) -> list[str]:
     from tritonprep.decode import validate
     from tritonprep.executors.gpu import GpuExecutor, resize_into
-    from tritonprep.spec import PreprocessSpec
+    from tritonprep.spec import OutputSpec, PreprocessConfig
 
     jpegs = bench_images.make_jpegs(500, 375, 256, seed=1)
-    spec = PreprocessSpec()
+    spec = OutputSpec()
+    config = PreprocessConfig.single(spec)
     stream = cp.cuda.Stream(non_blocking=True)
     lines = [
         "## 4. Throughput, 500x375 q90 JPEGs (mean %.1f KB), one process, one stream" % (sum(map(len, jpegs)) / 256e3),
@@ -271,13 +273,13 @@ def throughput_section(cp, nv) -> list[str]:
         t0 = time.perf_counter()
         for _ in range(10):
             for j in jpegs[:256]:
-                validate(j, spec.limits)
+                validate(j, config.limits)
         lines.append(f"| (of which host header checks) | 256 | {(time.perf_counter() - t0) / 10 * 1e3:.2f} | |")
     from tritonprep.executors.cpu import CpuExecutor
 
     cpu = CpuExecutor(spec)
     t = timed(lambda: cpu.run(jpegs[:64]), 2)
-    lines.append(f"| CPU executor ({spec.resolved_cpu_threads} threads) | 64 | {t * 1e3:.2f} | {64 / t:,.0f} |")
+    lines.append(f"| CPU executor ({config.resolved_cpu_threads} threads) | 64 | {t * 1e3:.2f} | {64 / t:,.0f} |")
     lines.append("")
     return lines
 
@@ -289,8 +291,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sections", default="resize,decode,e2e,throughput")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    import cupy as cp
-    from nvidia import nvimgcodec as nv
+    from tritonprep.cuda import import_cupy
+    from tritonprep.decode.nvimgcodec import import_nvimgcodec
+
+    cp, nv = import_cupy(), import_nvimgcodec()
 
     photos = bench_images.load_photos()
     lines = ["# tritonprep GPU engine: fidelity and throughput", "", *environment(cp), ""]

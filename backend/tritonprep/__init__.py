@@ -3,8 +3,12 @@
 Packages by concern, lowest layer first (each imports only from the layers above it in this list):
 
 * :mod:`tritonprep.errors` - the exception hierarchy
+* :mod:`tritonprep.cuda` - CuPy's import with its install hint, and the guard that turns a sticky CUDA error
+  into :class:`~tritonprep.errors.InstanceFailed` on every GPU path
 * :mod:`tritonprep.image_errors` - the per-image error contract the client reads too (standard library only)
-* :mod:`tritonprep.spec` - the typed preprocessing spec read from ``config.pbtxt`` (one parameter table)
+* :mod:`tritonprep.parameters` - ``config.pbtxt`` parameters as tables (name, field, reader, default, help)
+* :mod:`tritonprep.spec` - the typed preprocessing spec read from ``config.pbtxt``: per-output specs and the
+  model-wide decoding, executor and limits, held once (one parameter table)
 * :mod:`tritonprep.geometry` - resize / crop / letterbox arithmetic shared by the executors
 * :mod:`tritonprep.decode` - checks before decoding, Pillow and nvImageCodec decoders
 * :mod:`tritonprep.kernels` - CUDA sources, their metadata layout and launchers (plain values only)

@@ -64,16 +64,16 @@ class ResourceExhausted(PreprocessError):
 class InstanceFailed(PreprocessError):
     """A model instance hit an unrecoverable error (e.g. a CUDA illegal address) and must be restarted.
 
-    Raised by an executor or a network runtime; the Triton layer answers every request of the call with an error
+    Raised by an executor or a network runtime (a sticky CUDA error becomes this in
+    :func:`tritonprep.cuda.cuda_fault_guard`); the Triton layer answers every request of the call with an error
     and takes the instance out of service (:func:`tritonprep.triton.health.fail_instance`).
     """
 
 
-#: CUDA errors after which the context is unusable for the life of the process (the same
-#: numbers for the runtime and the driver API): illegal address, launch timeout, context
-#: destroyed, device assert, hardware stack error, illegal instruction, misaligned address,
-#: invalid address space, invalid PC, launch failure, unknown
-STICKY_CUDA_ERRORS = frozenset({700, 702, 709, 710, 714, 715, 716, 717, 718, 719, 999})
+class InferenceError(PreprocessError):
+    """A network runtime failed on a batch, for a reason that is neither the client's input nor a broken
+    instance (which is :class:`InstanceFailed`); the batch is retried request by request, and a request that
+    still fails gets this message."""
 
 
 class ServerError(PreprocessError):

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from .errors import LimitExceeded
-from .spec import PreprocessSpec
+from .spec import OutputSpec
 
 #: the largest resized side a plan may have: the GPU kernel addresses the resized image with int32
 MAX_RESIZED_SIDE = 2**31 - 1
@@ -38,7 +38,7 @@ class ResizePlan:
     offset_y: int
 
 
-def plan_resize(spec: PreprocessSpec, src_w: int, src_h: int) -> ResizePlan:
+def plan_resize(spec: OutputSpec, src_w: int, src_h: int) -> ResizePlan:
     """Return the resize plan of a ``src_w x src_h`` image under ``spec``."""
     out_h, out_w = spec.output_height, spec.output_width
     if spec.resize == "shorter_side_crop":
@@ -62,7 +62,7 @@ def plan_resize(spec: PreprocessSpec, src_w: int, src_h: int) -> ResizePlan:
     return ResizePlan(src_w, src_h, out_w, out_h, 0, 0)
 
 
-def check_resizable(spec: PreprocessSpec, width: int, height: int) -> None:
+def check_resizable(spec: OutputSpec, width: int, height: int) -> None:
     """Raise :class:`LimitExceeded` if resizing a ``width x height`` image (either orientation) under ``spec``
     makes a side longer than ``MAX_RESIZED_SIDE``: only ``shorter_side_crop`` of an image thinner than about
     1 : 8,000,000 can, which ``max_pixels`` allows (1 x 16,800,000)."""
@@ -76,16 +76,16 @@ def check_resizable(spec: PreprocessSpec, width: int, height: int) -> None:
         )
 
 
-def window_only(spec: PreprocessSpec, plan: ResizePlan) -> bool:
+def window_only(spec: OutputSpec, plan: ResizePlan, max_pixels: int) -> bool:
     """Whether to resize only the output window: it lies inside the resized image and the full resize would be
-    larger than ``max_pixels`` (a pathological aspect ratio, say 1x20000, makes it gigapixels)."""
+    larger than ``max_pixels`` (the model's limit; a pathological aspect ratio, say 1x20000, makes it gigapixels)."""
     inside = (
         plan.offset_x >= 0
         and plan.offset_y >= 0
         and plan.offset_x + spec.output_width <= plan.resized_w
         and plan.offset_y + spec.output_height <= plan.resized_h
     )
-    return inside and plan.resized_w * plan.resized_h > spec.limits.max_pixels
+    return inside and plan.resized_w * plan.resized_h > max_pixels
 
 
 class WindowTransform(NamedTuple):
@@ -99,7 +99,7 @@ class WindowTransform(NamedTuple):
     bottom: int  # border rows below (negative: cropped)
 
 
-def window_transform(spec: PreprocessSpec, src_w: int, src_h: int) -> WindowTransform:
+def window_transform(spec: OutputSpec, src_w: int, src_h: int) -> WindowTransform:
     """The scale and borders of a ``src_w x src_h`` image's output under ``spec`` (pixel-edge coordinates:
     the resize maps the original's extent [0, src_w] onto [0, resized_w], as Pillow and OpenCV do)."""
     plan = plan_resize(spec, src_w, src_h)

@@ -151,6 +151,19 @@ def memory_rows(seconds: float) -> list[dict[str, Any]]:
 DALI_DEFAULTS = ((64, 4, 0.9, 2), (128, 4, 0.9, 2), (128, 4, 0.65, 2))
 
 
+def infer_into(rt: Any, n: int, fill: Any) -> Any:
+    """Logits of ``n`` images that ``fill(buffer, stream)`` writes into an OrtCudaRuntime's bound input buffer
+    itself: for a producer that copies stream-ordered on its own (DALI's ``copy_to_external``). ``buffer`` is the
+    bucket's input rows ``[:n]``, ``stream`` the runtime's stream the network runs on."""
+    bucket = rt._bucket(n)  # the runtime's own buffers: what its infer() copies a batch into
+    with rt.device, rt.stream:
+        fill(bucket.x[:n], rt.stream)
+        bucket.session.run_with_iobinding(bucket.binding)
+        out = bucket.y[:n].copy()
+    rt.stream.synchronize()
+    return out
+
+
 def dali_rows(folder: Path, seconds: float, best: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """DALI decode + resize(shorter 256, antialias) + crop 224 + normalize -> OrtCudaRuntime, one process; in the
     configuration ``best`` (a row of :mod:`scripts.bench.dali_bench`'s sweep) if given."""
@@ -173,7 +186,8 @@ def dali_rows(folder: Path, seconds: float, best: dict[str, Any] | None = None) 
 
         def step(p: Any = p, rt: Any = rt, batch: int = batch) -> None:
             (out,) = p.run()
-            rt.infer_into(
+            infer_into(
+                rt,
                 batch,
                 lambda buf, stream: out.as_tensor().copy_to_external(
                     buf.data.ptr, cuda_stream=stream.ptr, non_blocking=True

@@ -5,9 +5,9 @@ Each row decodes the same 500x375 q90 JPEGs in a loop for ``--seconds`` and repo
 * ``ceiling``: N raw hardware decoders on N threads, each on its own CUDA stream, batch 128, with and
   without preallocation and with 1 or nvImageCodec's default host threads per decoder (:func:`ceiling_grid`;
   the ceiling is its best 6-decoder row);
-* ``decoder``: tritonprep's :class:`~tritonprep.decode.nvimgcodec.GpuDecoder` with one setting changed at
-  a time (decoder objects, host threads per decoder, preallocation, fancy upsampling, batch per call,
-  the caller's stream or one per decoder object);
+* ``decoder``: tritonprep's :class:`~tritonprep.decode.nvimgcodec.GpuDecoder` with one of its
+  :class:`~tritonprep.spec.DecoderOptions` changed at a time (decoder objects, host threads per decoder,
+  preallocation, fancy upsampling, batch per call);
 * ``processes``: P processes at once, each with its own decoder, as P Triton instances would run;
 * ``executor``: the whole GPU executor (checks, decode, kernel, sync) and where its host time goes.
 
@@ -29,35 +29,28 @@ from typing import Any
 
 log = logging.getLogger("decode_grid")
 
-#: (label, GpuDecoder keyword arguments); the first is the decoder as shipped before this work. The rows
-#: without "own stream(s)" decode on the caller's stream, as every row of the grids before the stream mode
-#: existed did (their labels are kept so that runs compare); the "own stream(s)" rows give each decoder
-#: object a stream of its own (GpuDecoder's default, the config's hw_decoder_streams=own).
+#: (label, DecoderOptions fields); the first is the decoder as shipped before this work. Every row decodes
+#: with each decoder object on a CUDA stream of its own (the only mode since the caller's-stream mode was
+#: removed: grids measured before that ran these rows on the caller's stream, and had "own stream(s)"
+#: rows beside them).
 SETTINGS: list[tuple[str, dict[str, Any]]] = [
     (
         "old: 1 hw decoder, default threads, no prealloc",
-        {"hw_decoders": 1, "hw_threads": 0, "cuda_threads": 0, "prealloc": (1, 1, 1), "streams": "caller"},
+        {"hw_decoders": 1, "hw_decoder_threads": 0, "cuda_decoder_threads": 0, "hw_decoder_prealloc": (1, 1, 1)},
     ),
-    ("1 hw decoder, 1 thread", {"hw_decoders": 1, "hw_threads": 1, "prealloc": (1, 1, 1), "streams": "caller"}),
-    ("1 hw decoder, 1 thread, prealloc", {"hw_decoders": 1, "hw_threads": 1, "streams": "caller"}),
-    ("2 hw decoders, 1 thread, prealloc", {"hw_decoders": 2, "hw_threads": 1, "streams": "caller"}),
-    ("3 hw decoders, 1 thread, prealloc", {"hw_decoders": 3, "hw_threads": 1, "streams": "caller"}),
-    ("2 hw decoders, 2 threads, prealloc", {"hw_decoders": 2, "hw_threads": 2, "streams": "caller"}),
+    ("1 hw decoder, 1 thread", {"hw_decoders": 1, "hw_decoder_threads": 1, "hw_decoder_prealloc": (1, 1, 1)}),
+    ("1 hw decoder, 1 thread, prealloc", {"hw_decoders": 1, "hw_decoder_threads": 1}),
+    ("2 hw decoders, 1 thread, prealloc", {"hw_decoders": 2, "hw_decoder_threads": 1}),
+    ("3 hw decoders, 1 thread, prealloc", {"hw_decoders": 3, "hw_decoder_threads": 1}),
+    ("6 hw decoders, 1 thread, prealloc", {"hw_decoders": 6, "hw_decoder_threads": 1}),
+    ("2 hw decoders, 2 threads, prealloc", {"hw_decoders": 2, "hw_decoder_threads": 2}),
     (
         "2 hw decoders, 1 thread, prealloc, no fancy upsampling",
-        {"hw_decoders": 2, "hw_threads": 1, "fancy_upsampling": False, "streams": "caller"},
+        {"hw_decoders": 2, "hw_decoder_threads": 1, "fancy_upsampling": False},
     ),
     (
         "2 hw decoders, 1 thread, prealloc, hw share 0.85",
-        {"hw_decoders": 2, "hw_threads": 1, "hw_share": 0.85, "streams": "caller"},
-    ),
-    ("1 hw decoder, 1 thread, prealloc, own stream", {"hw_decoders": 1, "hw_threads": 1, "streams": "own"}),
-    ("2 hw decoders, 1 thread, prealloc, own streams", {"hw_decoders": 2, "hw_threads": 1, "streams": "own"}),
-    ("3 hw decoders, 1 thread, prealloc, own streams", {"hw_decoders": 3, "hw_threads": 1, "streams": "own"}),
-    ("6 hw decoders, 1 thread, prealloc, own streams", {"hw_decoders": 6, "hw_threads": 1, "streams": "own"}),
-    (
-        "2 hw decoders, 1 thread, prealloc, own streams, hw share 0.85",
-        {"hw_decoders": 2, "hw_threads": 1, "hw_share": 0.85, "streams": "own"},
+        {"hw_decoders": 2, "hw_decoder_threads": 1, "hw_decoder_share": 0.85},
     ),
 ]
 #: the SETTINGS also run as several processes at once (as several Triton instances would)
@@ -65,7 +58,6 @@ PROCESS_SETTINGS = (
     "old: 1 hw decoder, default threads, no prealloc",
     "1 hw decoder, 1 thread",
     "2 hw decoders, 1 thread, prealloc",
-    "2 hw decoders, 1 thread, prealloc, own streams",
 )
 #: ceiling_grid's variants: (max_num_cpu_threads per decoder, preallocation); the first is the old ceiling
 CEILING_VARIANTS: tuple[tuple[int, bool], ...] = ((1, False), (1, True), (0, True))
@@ -180,14 +172,15 @@ def ceiling_label(row: dict[str, Any]) -> str:
 
 
 def decoder_rates(kwargs: dict[str, Any], batches: tuple[int, ...], seconds: float) -> list[float]:
-    """tritonprep's GpuDecoder with ``kwargs`` at each per-call batch size (one decoder set for all)."""
-    import cupy as cp
-
+    """tritonprep's GpuDecoder with the DecoderOptions ``kwargs`` at each per-call batch size (one decoder set
+    for all)."""
+    from tritonprep.cuda import import_cupy
     from tritonprep.decode.nvimgcodec import GpuDecoder
+    from tritonprep.spec import DecoderOptions
 
     images = _images()
-    stream = cp.cuda.Stream(non_blocking=True)
-    dec = GpuDecoder(0, stream, **kwargs)
+    stream = import_cupy().cuda.Stream(non_blocking=True)
+    dec = GpuDecoder(0, stream, DecoderOptions(**kwargs))
     try:
         return [_loop(dec.decode, stream.synchronize, _batches(images, b), seconds) for b in batches]
     finally:
@@ -238,12 +231,12 @@ def isolated(fn: Any, *args: Any, timeout: float = 300) -> Any:
 
 def _process_worker(kwargs: dict[str, Any], batch: int, seconds: float, start: Any, out: Any) -> None:
     images = _images(128)
-    import cupy as cp
-
+    from tritonprep.cuda import import_cupy
     from tritonprep.decode.nvimgcodec import GpuDecoder
+    from tritonprep.spec import DecoderOptions
 
-    stream = cp.cuda.Stream(non_blocking=True)
-    dec = GpuDecoder(0, stream, **kwargs)
+    stream = import_cupy().cuda.Stream(non_blocking=True)
+    dec = GpuDecoder(0, stream, DecoderOptions(**kwargs))
     dec.decode(images[:batch])
     stream.synchronize()
     start.wait()
@@ -268,15 +261,15 @@ def executor_profile(batch: int, seconds: float) -> dict[str, float]:
     from tritonprep.decode import validate
     from tritonprep.executors.gpu import GpuExecutor
     from tritonprep.geometry import plan_resize
-    from tritonprep.spec import PreprocessSpec
+    from tritonprep.spec import OutputSpec, PreprocessConfig
 
     images = _images()
-    spec = PreprocessSpec()
+    spec = OutputSpec()
     with GpuExecutor(spec, 0) as ex:
         rate = _loop(ex.run, lambda: None, _batches(images, batch), seconds)
         t0 = time.perf_counter()
         for data in images:
-            validate(data, spec.limits)
+            validate(data, PreprocessConfig.single(spec).limits)
         check_us = (time.perf_counter() - t0) / len(images) * 1e6
         t0 = time.perf_counter()
         for _ in range(len(images)):

@@ -2,9 +2,10 @@
 
 The same JPEG files and the same protocol: per configuration, 3 warm-up calls, then 20 timed calls of batch B
 (``GpuExecutor.run`` synchronizes its own stream, so each call's output is complete when it returns); images/s =
-K * B * 20 / (last executor's end - first executor's start). K executors (each ``GpuExecutor(PreprocessSpec(), 0)``,
-the spec's defaults) run each on its own Python thread and start together at a barrier; the executors are built
-once, at most 4 (nvImageCodec decoders must be few and long-lived), and the first K serve each K.
+K * B * 20 / (last executor's end - first executor's start). K executors (each
+``GpuExecutor(PreprocessConfig.single(), 0)``, the spec's defaults) run each on its own Python thread and start
+together at a barrier; the executors are built once, at most 4 (nvImageCodec decoders must be few and
+long-lived), and the first K serve each K.
 One JSON row per line: {"kind": "executor_inprocess", "config", "batch", "executors", "images_per_s", ...}.
 
     python -m scripts.bench.inprocess --images DIR --out FILE [--batch 64,128,256] [--executors 1,2,4] [--runs 20]
@@ -99,9 +100,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"no *.jpg files in {args.images}")
 
     from tritonprep.executors.gpu import GpuExecutor
-    from tritonprep.spec import PreprocessSpec
+    from tritonprep.spec import PreprocessConfig
 
-    spec = PreprocessSpec()
+    spec = PreprocessConfig.single()
     args.out.write_text("")
     executors: list[Any] = []
     try:
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             for b in (int(x) for x in args.batch.split(",") if x.strip()):
                 row: dict[str, Any] = {
                     "kind": "executor_inprocess",
-                    "config": f"tritonprep GpuExecutor (PreprocessSpec defaults, hw_decoders {spec.hw_decoders}) "
+                    "config": f"tritonprep GpuExecutor (spec defaults, hw_decoders {spec.decoding.hw_decoders}) "
                     f"x{k}, one Python thread each, one process, batch {b}",
                     "batch": b,
                     "executors": k,

@@ -59,3 +59,10 @@ def letterbox_sizes(photos: dict[str, np.ndarray]) -> list[np.ndarray]:
     src = Image.fromarray(photos["astronaut"])
     shapes = [(1280, 720), (500, 375), (375, 500), (1280, 1280), (641, 479), (33, 2000), (320, 240), (1000, 999)]
     return [*photos.values(), *(np.asarray(src.resize(s, Image.Resampling.LANCZOS)) for s in shapes)]
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cosine similarity of embeddings (rows), in float32, whatever their dtype or norm."""
+    a = np.asarray(a, np.float32)
+    b = np.asarray(b, np.float32)
+    return np.sum(a * b, axis=-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))

@@ -10,7 +10,7 @@ from typing import Any
 from tritonprep.executors import BatchResult
 from tritonprep.executors.cpu import CpuExecutor
 from tritonprep.launcher.process import EmbeddedServer
-from tritonprep.spec import PreprocessSpec
+from tritonprep.spec import OutputSpec
 from tritonprep.triton.metrics import FLUSH_DELAY_S
 from tritonprep_client import image_input
 
@@ -53,7 +53,7 @@ def metrics(server: EmbeddedServer, settle_s: float = 10.0) -> dict[str, float]:
 
 def library_results(items: list[Item]) -> list[BatchResult]:
     """What the CPU executor gives for each item's image alone (the reference)."""
-    ex = CpuExecutor(PreprocessSpec())
+    ex = CpuExecutor(OutputSpec())
     try:
         return [ex.run([it.data]) for it in items]
     finally:

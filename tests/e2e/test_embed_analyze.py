@@ -10,9 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from tritonprep.classifier.embedding import cosine
 from tritonprep.geometry import window_transform
-from tritonprep.spec import PreprocessSpec
+from tritonprep.spec import OutputSpec
+from tritonprep_testkit.compare import cosine
 from tritonprep_testkit.photos import encode
 
 pytestmark = pytest.mark.e2e
@@ -88,7 +88,7 @@ def test_provenance_is_returned_only_when_requested(server, jpegs, photos):
     for i, (w, h, fmt) in enumerate([(451, 300, "JPEG"), (600, 400, "PNG")]):
         prov = results[i].provenance
         assert (prov.width, prov.height) == (w, h) and prov.decoder in decoders(server, fmt)
-        t = window_transform(PreprocessSpec(), w, h)
+        t = window_transform(OutputSpec(), w, h)
         assert prov.transforms["PIXELS"][2:] == (t.left, t.top, t.right, t.bottom)
         np.testing.assert_allclose(prov.transforms["PIXELS"][:2], (t.scale_x, t.scale_y), rtol=1e-6)
         # the centre of the classifier's input maps back to the centre of the photo

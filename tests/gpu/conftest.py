@@ -15,8 +15,14 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(scope="session")
 def cp():
-    """The CuPy module, with a usable GPU; skips otherwise."""
-    cupy = pytest.importorskip("cupy", reason="CuPy is not installed (GPU tests need tritonprep[gpu-cu13])")
+    """The CuPy module (the library's import of it), with a usable GPU; skips otherwise."""
+    from tritonprep.cuda import import_cupy
+    from tritonprep.errors import RuntimeUnavailable
+
+    try:
+        cupy = import_cupy()
+    except RuntimeUnavailable as e:
+        pytest.skip(f"{e} (GPU tests need it)")
     try:
         if cupy.cuda.runtime.getDeviceCount() < 1:
             pytest.skip("no CUDA device")
@@ -27,12 +33,14 @@ def cp():
 
 @pytest.fixture(scope="session")
 def nvimgcodec(cp):
-    """nvImageCodec, or skip."""
+    """nvImageCodec (the library's import of it), or skip."""
+    from tritonprep.decode.nvimgcodec import import_nvimgcodec
+    from tritonprep.errors import RuntimeUnavailable
+
     try:
-        from nvidia import nvimgcodec as nv
-    except ImportError as e:
-        pytest.skip(f"nvImageCodec is not installed: {e}")
-    return nv
+        return import_nvimgcodec()
+    except RuntimeUnavailable as e:
+        pytest.skip(str(e))
 
 
 @pytest.fixture(scope="module")

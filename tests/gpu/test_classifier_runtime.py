@@ -25,11 +25,11 @@ def ort_gpu(cp):
 def batch(photos):
     """The test photos preprocessed by the CPU executor, as the classifier receives them."""
     from tritonprep.executors.cpu import CpuExecutor
-    from tritonprep.spec import PreprocessSpec
+    from tritonprep.spec import OutputSpec
     from tritonprep_testkit.photos import encode
 
     images = [encode(a, "JPEG", quality=90) for a in photos.values()]
-    return CpuExecutor(PreprocessSpec()).run(images).output
+    return CpuExecutor(OutputSpec()).run(images).output
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tritonprep.errors import RuntimeUnavailable
-from tritonprep.spec import PreprocessSpec
+from tritonprep.spec import OutputSpec, PreprocessConfig
 from tritonprep_testkit.servers import ONNX
 
 
@@ -18,23 +18,23 @@ def test_an_executor_on_a_missing_gpu_fails_instead_of_using_gpu_0(cp, nvimgcode
 
     missing = cp.cuda.runtime.getDeviceCount()
     with pytest.raises(RuntimeUnavailable, match=f"GPU {missing} is not usable"):
-        GpuExecutor(PreprocessSpec(), missing)
+        GpuExecutor(OutputSpec(), missing)
 
 
 def test_the_factory_says_so_when_it_cannot_use_the_instances_gpu(cp, nvimgcodec, caplog):
     from tritonprep.executors import create_executor
 
     missing = cp.cuda.runtime.getDeviceCount()
-    ex = create_executor(PreprocessSpec(), "GPU", missing)
+    ex = create_executor(OutputSpec(), "GPU", missing)
     assert ex.name == "cpu" and f"GPU executor unavailable on device {missing}" in caplog.text
     with pytest.raises(RuntimeUnavailable):
-        create_executor(PreprocessSpec(executor="gpu"), "GPU", missing)
+        create_executor(PreprocessConfig.single(executor="gpu"), "GPU", missing)
 
 
 def test_the_executors_output_is_on_its_device(cp, nvimgcodec, jpegs):
     from tritonprep.executors.gpu import GpuExecutor
 
-    with GpuExecutor(PreprocessSpec(), 0) as ex:
+    with GpuExecutor(OutputSpec(), 0) as ex:
         out = ex.run([jpegs["chelsea"]]).output
         assert out.device.id == 0 and ex.device.id == 0
 

@@ -10,11 +10,11 @@ from PIL import Image
 
 from tritonprep.errors import DecodeError, LimitExceeded
 from tritonprep.executors.cpu import CpuExecutor
-from tritonprep.spec import Limits, PreprocessSpec
+from tritonprep.spec import DecoderOptions, Limits, OutputSpec, PreprocessConfig
 from tritonprep_testkit.compare import agreement
 from tritonprep_testkit.photos import encode
 
-RAW = PreprocessSpec(mean=(0, 0, 0), std=(1, 1, 1))
+RAW = OutputSpec(mean=(0, 0, 0), std=(1, 1, 1))
 
 
 @pytest.fixture(scope="module")
@@ -55,12 +55,12 @@ def test_bad_images_fail_alone(gpu_executor, jpegs):
 def test_limits_apply_before_gpu_decode(cp, nvimgcodec, jpegs):
     from tritonprep.executors.gpu import GpuExecutor
 
-    with GpuExecutor(PreprocessSpec(limits=Limits(max_pixels=200_000)), 0) as ex:
+    with GpuExecutor(PreprocessConfig.single(limits=Limits(max_pixels=200_000)), 0) as ex:
         res = ex.run([jpegs["chelsea"], jpegs["astronaut"]])
     assert list(res.errors) == [1] and isinstance(res.errors[1], LimitExceeded)
 
 
-STRETCH = PreprocessSpec(resize="stretch", output_height=300, output_width=300, mean=(0, 0, 0), std=(1, 1, 1))
+STRETCH = OutputSpec(resize="stretch", output_height=300, output_width=300, mean=(0, 0, 0), std=(1, 1, 1))
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +75,7 @@ def test_an_image_too_thin_to_resize_is_refused_before_decoding(gpu_executor, ph
     thin = encode(np.zeros((9_000_000, 1, 3), np.uint8), "PNG")
     res = gpu_executor.run([encode(photos["rocket"], "PNG"), thin])
     assert list(res.errors) == [1] and isinstance(res.errors[1], LimitExceeded)
-    cpu = CpuExecutor(PreprocessSpec()).run([encode(photos["rocket"], "PNG"), thin])
+    cpu = CpuExecutor(OutputSpec()).run([encode(photos["rocket"], "PNG"), thin])
     assert str(cpu.errors[1]) == str(res.errors[1])
 
 
@@ -166,7 +166,7 @@ def test_a_decoder_stage_used_twice_in_one_call_never_reuses_its_own_buffers(cp,
         )
         for k in range(36)
     ]
-    spec = PreprocessSpec(mean=(0, 0, 0), std=(1, 1, 1), hw_decoder_share=0.5)
+    spec = PreprocessConfig.single(RAW, decoding=DecoderOptions(hw_decoder_share=0.5))
     with GpuExecutor(spec, 0) as ex:
         # each image decoded on its own stage (the split is by the image's bytes: two copies go the same way)
         alone = {i: ex.run([pool[i], pool[i]]).output.get()[0] for i in range(len(pool))}
@@ -185,7 +185,7 @@ def test_hardware_and_cuda_decoders_split_deterministically(cp, nvimgcodec, phot
         encode(np.asarray(src.resize((int(rng.integers(300, 900)), int(rng.integers(300, 900))))), "JPEG", quality=90)
         for _ in range(32)
     ]
-    spec = PreprocessSpec(mean=(0, 0, 0), std=(1, 1, 1), hw_decoder_share=0.5)
+    spec = PreprocessConfig.single(RAW, decoding=DecoderOptions(hw_decoder_share=0.5))
     with GpuExecutor(spec, 0) as ex:
         first = ex.run(pool)
         assert first.decoded_by.get("gpu_hw", 0) > 0 and first.decoded_by.get("gpu_cuda", 0) > 0, first.decoded_by
@@ -200,7 +200,7 @@ def test_gpu_kernels_without_nvimgcodec_decode_on_the_cpu(cp, photos, jpegs):
     kernel preprocesses, and the result equals the CPU executor's up to the kernel's rounding."""
     from tritonprep.executors.gpu import GpuExecutor
 
-    spec = PreprocessSpec(mean=(0, 0, 0), std=(1, 1, 1), gpu_decoder="pillow")
+    spec = PreprocessConfig.single(RAW, decoding=DecoderOptions(gpu_decoder="pillow"))
     images = [jpegs["chelsea"], encode(photos["coffee"], "PNG")]
     with GpuExecutor(spec, 0) as ex:
         res = ex.run(images)
@@ -215,29 +215,28 @@ def test_describe_names_the_decoder_in_use(gpu_executor, cp):
     from tritonprep.executors.gpu import GpuExecutor
 
     assert "decoder nvImageCodec" in gpu_executor.describe() and "GPU executor on device 0" in gpu_executor.describe()
-    with GpuExecutor(PreprocessSpec(gpu_decoder="pillow"), 0) as pillow:
+    with GpuExecutor(PreprocessConfig.single(decoding=DecoderOptions(gpu_decoder="pillow")), 0) as pillow:
         assert "decoder Pillow (CPU) + upload" in pillow.describe()
 
 
-def test_decoders_on_their_own_streams_give_the_pixels_of_the_callers_stream(cp, nvimgcodec):
-    """hw_decoder_streams=own, 2 hardware decoders (each on its own CUDA stream, joined to the executor's
-    stream by events) gives exactly the pixels of one decoder on the executor's stream, in two calls in a
-    row: the second decodes into the first's released buffers, so a decode that overtook the previous
-    kernel, or a kernel that read before its decode finished, changes a pixel."""
+def test_decoders_on_their_own_streams_give_the_pixels_of_one_decoder(cp, nvimgcodec):
+    """2 hardware decoders (each on its own CUDA stream, joined to the executor's stream by events) give
+    exactly the pixels of one decoder, in two calls in a row: the second decodes into the first's
+    released buffers, so a decode that overtook the previous kernel, or a kernel that read before its
+    decode finished, changes a pixel."""
     from tritonprep.executors.gpu import GpuExecutor
     from tritonprep_testkit.photos import make_jpegs
 
     images = make_jpegs(500, 375, 24, seed=11) + make_jpegs(640, 480, 16, seed=12) + make_jpegs(375, 500, 8, seed=13)
-    caller = PreprocessSpec(mean=(0, 0, 0), std=(1, 1, 1), hw_decoders=1, hw_decoder_streams="caller")
-    own = PreprocessSpec(mean=(0, 0, 0), std=(1, 1, 1), hw_decoders=2, hw_decoder_streams="own")
-    with GpuExecutor(caller, 0) as ex:
+    one = PreprocessConfig.single(RAW, decoding=DecoderOptions(hw_decoders=1))
+    two = PreprocessConfig.single(RAW, decoding=DecoderOptions(hw_decoders=2))
+    with GpuExecutor(one, 0) as ex:
         if ex.decoder is None or not ex.decoder.hw:
             pytest.skip("no nvImageCodec hardware decoder on this GPU")
-        assert "caller's stream" in ex.describe()
         ref = ex.run(images)
         expected = ref.output.get()
     assert not ref.errors and ref.decoded_by == {"gpu_hw": len(images)}, ref.decoded_by
-    with GpuExecutor(own, 0) as ex:
+    with GpuExecutor(two, 0) as ex:
         assert "gpu_hw x2" in ex.describe() and "own streams" in ex.describe(), ex.describe()
         for attempt in range(2):
             res = ex.run(images)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tritonprep.executors.cpu import CpuExecutor, normalize_window
-from tritonprep.spec import PreprocessConfig, PreprocessSpec
+from tritonprep.spec import OutputSpec, PreprocessConfig
 from tritonprep_testkit.compare import agreement, letterbox_sizes, ultralytics_letterbox
 from tritonprep_testkit.photos import encode
 
@@ -21,7 +21,7 @@ cv2 = pytest.importorskip("cv2", reason="opencv-python-headless (the reference) 
 def test_cv2_linear_kernel_matches_opencv(cp, photos, size):
     """Down and up, per-axis factors, tiny outputs: the kernel's integer arithmetic is OpenCV's."""
     out_h, out_w = size
-    spec = PreprocessSpec(
+    spec = OutputSpec(
         resize="stretch",
         output_height=out_h,
         output_width=out_w,
@@ -41,7 +41,7 @@ def test_cv2_linear_kernel_matches_opencv(cp, photos, size):
 
 
 def test_ultralytics_preset_on_the_gpu_is_letterbox(cp, photos):
-    spec = PreprocessSpec.from_parameters({"preset": "ultralytics"})
+    spec = OutputSpec.from_parameters({"preset": "ultralytics"})
     arrays = letterbox_sizes(photos)
     got = gpu_preprocess(cp, spec, arrays)
     assert not np.isnan(got).any()
@@ -58,7 +58,7 @@ def test_ultralytics_preset_on_the_gpu_is_letterbox(cp, photos):
 def test_cv2_linear_with_a_crop_every_layout_order_and_dtype(cp, photos, layout, order, dtype):
     from tritonprep.executors.opencv import resize_cv2
 
-    spec = PreprocessSpec(
+    spec = OutputSpec(
         interpolation="cv2_linear",
         layout=layout,
         channel_order=order,
@@ -78,9 +78,9 @@ def test_cv2_linear_with_a_crop_every_layout_order_and_dtype(cp, photos, layout,
 
 CONFIG = PreprocessConfig(
     (
-        ("PIXELS", PreprocessSpec(mean=(0, 0, 0), std=(1, 1, 1))),
-        ("EMBED", PreprocessSpec(mean=(0, 0, 0), std=(1, 1, 1), resize_shorter=224, interpolation="bicubic")),
-        ("DETECT", PreprocessSpec.from_parameters({"preset": "ultralytics", "mean": "0", "std": "1"})),
+        ("PIXELS", OutputSpec(mean=(0, 0, 0), std=(1, 1, 1))),
+        ("EMBED", OutputSpec(mean=(0, 0, 0), std=(1, 1, 1), resize_shorter=224, interpolation="bicubic")),
+        ("DETECT", OutputSpec.from_parameters({"preset": "ultralytics", "mean": "0", "std": "1"})),
     )
 )
 

@@ -18,9 +18,9 @@ def cpu_reference(images: list[bytes]) -> np.ndarray:
 
     from tritonprep.classifier.postprocess import softmax
     from tritonprep.executors.cpu import CpuExecutor
-    from tritonprep.spec import PreprocessSpec
+    from tritonprep.spec import OutputSpec
 
-    x = CpuExecutor(PreprocessSpec()).run(images).output
+    x = CpuExecutor(OutputSpec()).run(images).output
     session = ort.InferenceSession(str(ONNX), providers=["CPUExecutionProvider"])
     return softmax(session.run(["logits"], {"input": x})[0])
 

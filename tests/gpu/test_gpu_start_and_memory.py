@@ -28,9 +28,9 @@ def ort_gpu(cp):
 @pytest.fixture(scope="module")
 def batch(photos):
     from tritonprep.executors.cpu import CpuExecutor
-    from tritonprep.spec import PreprocessSpec
+    from tritonprep.spec import OutputSpec
 
-    return CpuExecutor(PreprocessSpec()).run([encode(a, "JPEG", quality=90) for a in photos.values()]).output
+    return CpuExecutor(OutputSpec()).run([encode(a, "JPEG", quality=90) for a in photos.values()]).output
 
 
 def _runtime(onnx, **kw):
@@ -109,10 +109,10 @@ def test_a_budget_too_small_for_the_buckets_fails_the_load_naming_the_least_that
 def test_the_fp16_embedder_points_where_the_fp32_one_does(ort_gpu, cp, photos):
     from tritonprep.classifier.runtimes import OrtCpuRuntime
     from tritonprep.executors.cpu import CpuExecutor
-    from tritonprep.spec import PreprocessSpec
+    from tritonprep.spec import OutputSpec
 
     x = (
-        CpuExecutor(PreprocessSpec(resize_shorter=224, interpolation="bicubic"))
+        CpuExecutor(OutputSpec(resize_shorter=224, interpolation="bicubic"))
         .run([encode(a, "JPEG", quality=90) for a in photos.values()])
         .output
     )
@@ -158,11 +158,11 @@ def test_jpeg2000_and_tiff_decode_on_the_gpu_as_pillow_does(cp, nvimgcodec, phot
 
     from tritonprep.executors.cpu import CpuExecutor
     from tritonprep.executors.gpu import GpuExecutor
-    from tritonprep.spec import PreprocessSpec
+    from tritonprep.spec import OutputSpec
 
     fmt = kw.pop("fmt")
     data = [encode(photos["chelsea"], fmt, **kw), encode(photos["coffee"], fmt, **kw)]
-    spec = PreprocessSpec()
+    spec = OutputSpec()
     want = CpuExecutor(spec).run(data).output
     with GpuExecutor(spec) as gpu:
         result = gpu.run(data)
@@ -180,9 +180,10 @@ def test_a_batch_over_the_pool_cap_fails_its_requests_not_the_instance(cp, nvimg
     it request by request), and the executor goes on serving what fits."""
     from tritonprep.errors import ResourceExhausted
     from tritonprep.executors.gpu import GpuExecutor, pool_limit_mb
-    from tritonprep.spec import PreprocessSpec
+    from tritonprep.spec import DecoderOptions, PreprocessConfig
 
-    spec = PreprocessSpec(gpu_decoder="pillow", hw_decoder=False, gpu_memory_mb="600")  # Pillow + one upload
+    decoding = DecoderOptions(gpu_decoder="pillow", hw_decoder=False)  # Pillow + one upload
+    spec = PreprocessConfig.single(decoding=decoding, gpu_memory_mb="600")
     assert pool_limit_mb(spec) == 600 - 512
     big = encode(np.zeros((3000, 3000, 3), np.uint8), "PNG")  # 27 MB decoded each
     with GpuExecutor(spec) as gpu:
@@ -195,10 +196,10 @@ def test_a_batch_over_the_pool_cap_fails_its_requests_not_the_instance(cp, nvimg
 
 def test_decode_failures_are_logged_counted_not_per_image(cp, nvimgcodec, jpegs, caplog):
     from tritonprep.executors.gpu import GpuExecutor
-    from tritonprep.spec import PreprocessSpec
+    from tritonprep.spec import OutputSpec
 
     bad = jpegs["coffee"][:3000]
-    with caplog.at_level(logging.INFO, logger="tritonprep"), GpuExecutor(PreprocessSpec()) as gpu:
+    with caplog.at_level(logging.INFO, logger="tritonprep"), GpuExecutor(OutputSpec()) as gpu:
         for _ in range(5):
             result = gpu.run([bad] * 4 + [jpegs["chelsea"]])
             assert sorted(result.errors) == [0, 1, 2, 3]
@@ -210,9 +211,10 @@ def test_decode_failures_are_logged_counted_not_per_image(cp, nvimgcodec, jpegs,
 def test_closed_decoders_release_in_order_and_refuse_work(cp, nvimgcodec, jpegs):
     from tritonprep.decode import nvimgcodec as module
     from tritonprep.errors import RuntimeUnavailable
+    from tritonprep.spec import DecoderOptions
 
     stream = cp.cuda.Stream(non_blocking=True)
-    decoder = module.GpuDecoder(0, stream, hw_decoders=2)
+    decoder = module.GpuDecoder(0, stream, DecoderOptions(hw_decoders=2))
     images = decoder.decode([jpegs["chelsea"]] * 4, [True] * 4)
     assert all(img is not None for img in images)
     assert decoder in set(module._OPEN)

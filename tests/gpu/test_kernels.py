@@ -7,11 +7,11 @@ import pytest
 from PIL import Image
 
 from tritonprep.executors.cpu import normalize_window, resize_pil
-from tritonprep.spec import PreprocessSpec
+from tritonprep.spec import OutputSpec
 from tritonprep_testkit.compare import agreement
 
 
-def gpu_preprocess(cp, spec: PreprocessSpec, arrays: list[np.ndarray]) -> np.ndarray:
+def gpu_preprocess(cp, spec: OutputSpec, arrays: list[np.ndarray]) -> np.ndarray:
     """Upload uint8 RGB arrays and run the kernel on all of them in one launch."""
     from tritonprep.executors.gpu import resize_into
 
@@ -25,12 +25,12 @@ def gpu_preprocess(cp, spec: PreprocessSpec, arrays: list[np.ndarray]) -> np.nda
         return cp.asnumpy(out)
 
 
-def cpu_preprocess(spec: PreprocessSpec, arr: np.ndarray) -> np.ndarray:
+def cpu_preprocess(spec: OutputSpec, arr: np.ndarray) -> np.ndarray:
     pixels, ox, oy = resize_pil(spec, Image.fromarray(arr))
     return normalize_window(spec, pixels, ox, oy)
 
 
-RAW = PreprocessSpec(mean=(0, 0, 0), std=(1, 1, 1))  # outputs in pixel units
+RAW = OutputSpec(mean=(0, 0, 0), std=(1, 1, 1))  # outputs in pixel units
 
 
 @pytest.mark.parametrize("interpolation", ["bilinear", "bicubic"])
@@ -48,7 +48,7 @@ RAW = PreprocessSpec(mean=(0, 0, 0), std=(1, 1, 1))  # outputs in pixel units
 def test_kernel_matches_pillow_on_real_photos(cp, photos, interpolation, geometry):
     geometry = dict(geometry)
     size = geometry.pop("output_size", (224, 224))
-    spec = PreprocessSpec(
+    spec = OutputSpec(
         output_height=size[0],
         output_width=size[1],
         interpolation=interpolation,
@@ -69,7 +69,7 @@ def test_kernel_matches_pillow_on_real_photos(cp, photos, interpolation, geometr
 @pytest.mark.parametrize("order", ["RGB", "BGR"])
 @pytest.mark.parametrize("dtype", ["FP32", "FP16"])
 def test_layout_order_dtype_and_normalization(cp, photos, layout, order, dtype):
-    spec = PreprocessSpec(
+    spec = OutputSpec(
         layout=layout, channel_order=order, dtype=dtype, mean=(123.675, 116.28, 103.53), std=(58.395, 57.12, 57.375)
     )
     arr = photos["chelsea"]
@@ -83,7 +83,7 @@ def test_layout_order_dtype_and_normalization(cp, photos, layout, order, dtype):
 
 def test_identical_pixels_normalize_bit_exactly(cp):
     """No resize: the kernel's normalize must equal numpy's bit for bit."""
-    spec = PreprocessSpec(resize="stretch", output_height=31, output_width=17, mean=(1.5, 2.5, 3.5), std=(3, 7, 11))
+    spec = OutputSpec(resize="stretch", output_height=31, output_width=17, mean=(1.5, 2.5, 3.5), std=(3, 7, 11))
     arr = np.random.default_rng(0).integers(0, 256, (31, 17, 3), dtype=np.uint8)
     np.testing.assert_array_equal(gpu_preprocess(cp, spec, [arr])[0], cpu_preprocess(spec, arr))
 

@@ -24,18 +24,21 @@ from pathlib import Path
 
 import pytest
 
+from tritonprep.classifier import builders as trt_builders
 from tritonprep.classifier import engines as trt_engine
-from tritonprep.classifier.engines import (
+from tritonprep.classifier.builders import (
     INSTALL_HINT,
+    PythonBuilder,
+    TrtexecBuilder,
+    decode_tensorrt_version,
+    find_builder,
+)
+from tritonprep.classifier.engines import (
     BuildOptions,
     EngineBuildError,
     Platform,
-    PythonBuilder,
-    TrtexecBuilder,
     build_or_reuse,
-    decode_tensorrt_version,
     engine_key,
-    find_builder,
     key_path,
     needs_build,
     network_input,
@@ -78,7 +81,7 @@ def no_tensorrt(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No tensorrt module, no trtexec on PATH or at NVIDIA's default path."""
     monkeypatch.setitem(sys.modules, "tensorrt", None)  # import raises ImportError
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
-    monkeypatch.setattr(trt_engine, "TRTEXEC_DEFAULT", tmp_path / "no" / "trtexec")
+    monkeypatch.setattr(trt_builders, "TRTEXEC_DEFAULT", tmp_path / "no" / "trtexec")
 
 
 class FakeBuilder:
@@ -294,17 +297,17 @@ class FakeLibcuda:
 
 
 def test_query_gpu_reads_name_and_compute_capability_from_the_driver(monkeypatch):
-    monkeypatch.setattr(trt_engine, "_load_library", lambda names: FakeLibcuda())
-    assert trt_engine.query_gpu(0) == ("NVIDIA H100 80GB HBM3", "9.0")
-    monkeypatch.setattr(trt_engine, "_load_library", lambda names: FakeLibcuda(count=1))
+    monkeypatch.setattr(trt_builders, "_load_library", lambda names: FakeLibcuda())
+    assert trt_builders.query_gpu(0) == ("NVIDIA H100 80GB HBM3", "9.0")
+    monkeypatch.setattr(trt_builders, "_load_library", lambda names: FakeLibcuda(count=1))
     with pytest.raises(RuntimeUnavailable, match="GPU 1 does not exist: 1 visible"):
-        trt_engine.query_gpu(1)
-    monkeypatch.setattr(trt_engine, "_load_library", lambda names: FakeLibcuda(fail_init=100))
+        trt_builders.query_gpu(1)
+    monkeypatch.setattr(trt_builders, "_load_library", lambda names: FakeLibcuda(fail_init=100))
     with pytest.raises(RuntimeUnavailable, match="cuInit failed with CUresult 100"):
-        trt_engine.query_gpu(0)
-    monkeypatch.setattr(trt_engine, "_load_library", lambda names: None)
+        trt_builders.query_gpu(0)
+    monkeypatch.setattr(trt_builders, "_load_library", lambda names: None)
     with pytest.raises(RuntimeUnavailable, match="no NVIDIA driver"):
-        trt_engine.query_gpu(0)
+        trt_builders.query_gpu(0)
 
 
 @pytest.mark.parametrize(
@@ -325,11 +328,11 @@ def test_decode_tensorrt_version(number, text):
 def test_libnvinfer_version_calls_get_infer_lib_version(monkeypatch):
     lib = types.SimpleNamespace(getInferLibVersion=types.SimpleNamespace())
     lib.getInferLibVersion = type("Fn", (), {"__call__": lambda self: 101100})()
-    monkeypatch.setattr(trt_engine, "_load_library", lambda names: lib)
-    assert trt_engine.libnvinfer_version() == "10.11.0"
-    monkeypatch.setattr(trt_engine, "_load_library", lambda names: None)
+    monkeypatch.setattr(trt_builders, "_load_library", lambda names: lib)
+    assert trt_builders.libnvinfer_version() == "10.11.0"
+    monkeypatch.setattr(trt_builders, "_load_library", lambda names: None)
     with pytest.raises(RuntimeUnavailable, match="libnvinfer"):
-        trt_engine.libnvinfer_version()
+        trt_builders.libnvinfer_version()
     with pytest.raises(ValueError):
         decode_tensorrt_version(0)
 
@@ -598,7 +601,7 @@ def test_script_is_executable_and_documents_its_options():
         assert flag in r.stdout, flag
 
 
-@pytest.mark.skipif(trt_engine.TRTEXEC_DEFAULT.exists(), reason="this machine has trtexec")
+@pytest.mark.skipif(trt_builders.TRTEXEC_DEFAULT.exists(), reason="this machine has trtexec")
 def test_script_without_tensorrt_fails_with_the_install_hint_and_exit_code_3(onnx, tmp_path):
     env = {"PATH": str(tmp_path / "empty-bin"), "HOME": str(tmp_path), "PYTHONNOUSERSITE": "1"}
     r = run_script("--onnx", str(onnx), env=env)
@@ -626,7 +629,7 @@ def test_script_usage_errors_exit_2(args, message):
 def test_script_builds_then_skips_with_trtexec(tmp_path, onnx, fake_trtexec, monkeypatch, capsys, no_tensorrt):
     script = load_script()
     monkeypatch.setattr(script, "query_gpu", lambda device: ("NVIDIA L4", "8.9"))
-    monkeypatch.setattr(trt_engine, "libnvinfer_version", lambda: "10.13.3")
+    monkeypatch.setattr(trt_builders, "libnvinfer_version", lambda: "10.13.3")
     plan, cache = tmp_path / "out" / "model.plan", tmp_path / "out" / "timing.cache"
     argv = [
         "--onnx",
@@ -659,7 +662,7 @@ def test_script_builds_then_skips_with_trtexec(tmp_path, onnx, fake_trtexec, mon
 def test_script_reports_a_failed_build_with_exit_code_1(tmp_path, onnx, fake_trtexec, monkeypatch, capsys, no_tensorrt):
     script = load_script()
     monkeypatch.setattr(script, "query_gpu", lambda device: ("NVIDIA L4", "8.9"))
-    monkeypatch.setattr(trt_engine, "libnvinfer_version", lambda: "10.13.3")
+    monkeypatch.setattr(trt_builders, "libnvinfer_version", lambda: "10.13.3")
     monkeypatch.setenv("FAKE_TRTEXEC_FAIL", "1")
     assert script.main(["--onnx", str(onnx), "--trtexec", str(fake_trtexec)]) == 1
     assert "build_engine: error: trtexec failed with exit code 1" in capsys.readouterr().err

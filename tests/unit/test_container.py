@@ -32,7 +32,8 @@ from dockerfile_parse import DockerfileParser
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
-from tritonprep.classifier.engines import INSTALL_HINT, BuildOptions, network_input
+from tritonprep.classifier.builders import INSTALL_HINT
+from tritonprep.classifier.engines import BuildOptions, network_input
 from tritonprep.launcher.options import ADMIN_HEADER, GRPC_HEADER_PREFIX, RESTRICTED_APIS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,13 +8,13 @@ import pytest
 from tritonprep.executors.cpu import CpuExecutor
 from tritonprep.executors.opencv import linear_window
 from tritonprep.geometry import ResizePlan, plan_resize, window_transform
-from tritonprep.spec import PreprocessSpec
+from tritonprep.spec import OutputSpec
 from tritonprep_testkit.compare import letterbox_sizes, ultralytics_letterbox
 from tritonprep_testkit.photos import encode
 
 cv2 = pytest.importorskip("cv2", reason="opencv-python-headless is in the test extra")
 
-YOLO = PreprocessSpec.from_parameters({"preset": "ultralytics"})
+YOLO = OutputSpec.from_parameters({"preset": "ultralytics"})
 
 
 def test_numpy_twin_is_bit_exact_with_opencv(photos):
@@ -57,7 +57,7 @@ def test_letterbox_geometry_matches_ultralytics_rounding_on_many_sizes():
     for _ in range(2000):
         w, h = int(rng.integers(1, 4000)), int(rng.integers(1, 4000))
         out_h, out_w = int(rng.choice([320, 480, 640])), int(rng.choice([320, 640, 800]))
-        spec = PreprocessSpec(resize="letterbox", output_height=out_h, output_width=out_w)
+        spec = OutputSpec(resize="letterbox", output_height=out_h, output_width=out_w)
         plan = plan_resize(spec, w, h)
         r = min(out_h / h, out_w / w)
         unpad = max(1, round(w * r)), max(1, round(h * r))
@@ -79,7 +79,7 @@ def test_boxes_map_back_to_the_original_pixels(photos):
 
 
 def test_cv2_linear_with_a_crop_and_a_pathological_aspect_ratio(photos):
-    spec = PreprocessSpec(interpolation="cv2_linear", mean=(0, 0, 0), std=(1, 1, 1))
+    spec = OutputSpec(interpolation="cv2_linear", mean=(0, 0, 0), std=(1, 1, 1))
     ex = CpuExecutor(spec)
     arr = photos["chelsea"]
     plan = plan_resize(spec, arr.shape[1], arr.shape[0])

@@ -42,6 +42,8 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
+from tritonprep.errors import RuntimeUnavailable
+
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
@@ -452,16 +454,11 @@ def first_code(cell: str) -> str:
 
 def code_parameters() -> dict[str, dict[str, str | None]]:
     """``{section of docs/configuration.md: {parameter: default or None}}`` from the code."""
-    from tritonprep.classifier.runtimes import RuntimeOptions
+    from tritonprep.classifier.runtimes import RUNTIME_PARAMETERS
     from tritonprep.pipeline.fused import DEFAULT_NETWORK, NETWORK_PREFIX
     from tritonprep.spec import PARAMETERS
 
-    def text(value: object) -> str | None:
-        if isinstance(value, bool):
-            return str(value).lower()
-        return None if isinstance(value, tuple) else str(value)
-
-    runtime = {f.name: text(f.default) for f in dataclasses.fields(RuntimeOptions)}
+    runtime = {p.name: p.default or None for p in RUNTIME_PARAMETERS}  # batch_buckets: empty, described in words
     return {
         "Preprocess": {p.name: p.default for p in PARAMETERS},
         "Classifier and embedder": {**runtime, **PYTHON_BACKEND_PARAMETERS},
@@ -636,7 +633,7 @@ def test_dotted_name_resolves(page, line, name):
         rest = parts[cut:]
         try:
             obj = importlib.import_module(module)
-        except ImportError:  # a module that needs the GPU extra (CuPy): read its source instead
+        except (ImportError, RuntimeUnavailable):  # a module that needs the GPU extra (CuPy): read its source instead
             if rest:
                 defined = top_level_names(Path(spec.origin).read_text())
                 assert rest[0] in defined, f"{rel(page)}:{line}: `{name}`: {module} defines no {rest[0]!r}"

@@ -6,10 +6,10 @@ import pytest
 
 from tritonprep.errors import LimitExceeded
 from tritonprep.geometry import MAX_RESIZED_SIDE, ResizePlan, check_resizable, plan_resize
-from tritonprep.spec import PreprocessSpec
+from tritonprep.spec import OutputSpec
 
-CROP = PreprocessSpec()
-LETTERBOX = PreprocessSpec(resize="letterbox", output_height=640, output_width=640)
+CROP = OutputSpec()
+LETTERBOX = OutputSpec(resize="letterbox", output_height=640, output_width=640)
 
 
 @pytest.mark.parametrize(
@@ -42,7 +42,7 @@ def test_letterbox_centres_and_pads(w, h, plan):
 
 
 def test_stretch_ignores_aspect_ratio():
-    spec = PreprocessSpec(resize="stretch", output_height=100, output_width=300)
+    spec = OutputSpec(resize="stretch", output_height=100, output_width=300)
     assert plan_resize(spec, 640, 480) == ResizePlan(640, 480, 300, 100, 0, 0)
 
 

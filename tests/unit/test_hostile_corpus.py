@@ -18,7 +18,7 @@ from tritonprep.decode.headers import header_size
 from tritonprep.decode.pillow import decode_rgb
 from tritonprep.errors import ImageError
 from tritonprep.executors.cpu import CpuExecutor
-from tritonprep.spec import Limits, PreprocessSpec
+from tritonprep.spec import Limits, OutputSpec
 from tritonprep_testkit.corpus import Item, build, limits_items
 
 LIMITS = Limits()
@@ -156,7 +156,7 @@ def test_limits_and_allowed_formats_per_format():
 def test_executor_isolates_every_bad_item_in_mixed_batches(corpus):
     """The whole corpus in batches of 24 (every family mixed): errors land exactly on the bad slots,
     every other slot is finite and equals the image preprocessed alone."""
-    ex = CpuExecutor(PreprocessSpec())
+    ex = CpuExecutor(OutputSpec())
     try:
         order = np.random.default_rng(0).permutation(len(corpus))
         items = [corpus[i] for i in order if corpus[i].data and len(corpus[i].data) < 5_000_000]

@@ -11,14 +11,14 @@ import pytest
 
 from tritonprep.errors import DecodeError, InstanceFailed
 from tritonprep.executors.cpu import CpuExecutor
-from tritonprep.spec import PreprocessSpec
+from tritonprep.spec import OutputSpec
 from tritonprep.triton import faults
 from tritonprep.triton.responses import detach_errors
 
 
 @pytest.fixture(scope="module")
 def executor():
-    ex = CpuExecutor(PreprocessSpec())
+    ex = CpuExecutor(OutputSpec())
     yield ex
     ex.close()
 

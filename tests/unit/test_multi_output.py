@@ -10,7 +10,7 @@ from PIL import Image
 
 from tritonprep.errors import ConfigError, DecodeError
 from tritonprep.executors.cpu import CpuExecutor
-from tritonprep.spec import PRESETS, PreprocessConfig, PreprocessSpec
+from tritonprep.spec import PRESETS, Limits, OutputSpec, PreprocessConfig
 from tritonprep.triton.provenance import provenance_arrays
 from tritonprep_testkit.photos import encode
 
@@ -36,12 +36,10 @@ def test_repository_config_has_two_image_outputs_and_provenance():
     config = PreprocessConfig.from_model_config(as_json_config(load_config(REPO / "preprocess" / "config.pbtxt")))
     specs = config.specs
     assert list(specs) == ["PIXELS", "EMBED_PIXELS"]
-    assert specs["PIXELS"] == PreprocessSpec.from_model_config(
-        as_json_config(load_config(REPO / "preprocess" / "config.pbtxt"))
-    )
+    assert specs["PIXELS"] == config.spec("PIXELS")
     assert (specs["PIXELS"].resize_shorter, specs["PIXELS"].interpolation) == (256, "bilinear")
     assert (specs["EMBED_PIXELS"].resize_shorter, specs["EMBED_PIXELS"].interpolation) == (224, "bicubic")
-    assert specs["EMBED_PIXELS"].mean == specs["PIXELS"].mean and specs["EMBED_PIXELS"].limits == specs["PIXELS"].limits
+    assert specs["EMBED_PIXELS"].mean == specs["PIXELS"].mean
     assert set(config.provenance) == {
         "ORIGINAL_SIZE",
         "DECODER",
@@ -58,11 +56,12 @@ def test_prefixed_parameters_override_the_unprefixed_ones_for_one_output():
         {"mean": "0", "std": "255", "SMALL.output_size": "64,64", "SMALL.resize_shorter": "64", "SMALL.layout": "NHWC",
          "SMALL.dtype": "FP16", "max_pixels": "1000000"},
     )  # fmt: skip
-    specs = PreprocessConfig.from_model_config(cfg).specs
+    config = PreprocessConfig.from_model_config(cfg)
+    specs = config.specs
     assert specs["PIXELS"].output_shape == (3, 224, 224) and specs["PIXELS"].dtype == "FP32"
     assert specs["SMALL"].output_shape == (64, 64, 3) and specs["SMALL"].dtype == "FP16"
     assert specs["SMALL"].mean == specs["PIXELS"].mean == (0.0,) * 3  # unprefixed: every output
-    assert specs["SMALL"].limits.max_pixels == specs["PIXELS"].limits.max_pixels == 1_000_000
+    assert config.limits.max_pixels == 1_000_000  # model-wide: once for all outputs
 
 
 def test_the_ultralytics_preset_and_what_overrides_it():
@@ -77,7 +76,7 @@ def test_the_ultralytics_preset_and_what_overrides_it():
     assert specs["PIXELS"].interpolation == "bicubic"
     cfg["parameters"]["DETECT.pad_value"] = {"string_value": "0"}  # an explicit prefixed value beats the preset
     assert PreprocessConfig.from_model_config(cfg).specs["DETECT"].pad_value == 0
-    assert PreprocessSpec.from_parameters({"preset": "ultralytics", "output_size": "320,320"}).output_height == 320
+    assert OutputSpec.from_parameters({"preset": "ultralytics", "output_size": "320,320"}).output_height == 320
     assert set(PRESETS) == {"none", "ultralytics"}
 
 
@@ -102,19 +101,25 @@ def test_configs_that_disagree_with_their_outputs_refuse_to_load(outputs, params
         PreprocessConfig.from_model_config(config_json(outputs, params))
 
 
-def test_outputs_built_in_code_must_share_decoding_and_limits():
-    with pytest.raises(ConfigError, match="'B' has executor='cpu' but 'A' has 'auto'.*one decode per image"):
-        PreprocessConfig((("A", PreprocessSpec()), ("B", PreprocessSpec(executor="cpu"))))
+def test_decoding_and_limits_are_held_once_for_all_outputs():
+    """Model-wide settings live on the config, not on each output, so outputs built in code cannot disagree."""
+    from dataclasses import fields
+
+    config = PreprocessConfig((("A", OutputSpec()), ("B", OutputSpec(layout="NHWC"))), executor="cpu")
+    assert config.executor == "cpu" and config.limits == Limits()
+    model_wide = {"executor", "cpu_threads", "decoding", "limits"}
+    assert model_wide <= {f.name for f in fields(PreprocessConfig)}
+    assert not model_wide & {f.name for f in fields(OutputSpec)}
     with pytest.raises(ConfigError, match="'C_SCALE' is not a provenance output"):
-        PreprocessConfig((("A", PreprocessSpec()),), ("C_SCALE",))
+        PreprocessConfig((("A", OutputSpec()),), ("C_SCALE",))
 
 
 TWO = PreprocessConfig(
     (
-        ("PIXELS", PreprocessSpec(mean=(0, 0, 0), std=(1, 1, 1))),
+        ("PIXELS", OutputSpec(mean=(0, 0, 0), std=(1, 1, 1))),
         (
             "EMBED",
-            PreprocessSpec(mean=(0, 0, 0), std=(1, 1, 1), resize_shorter=224, interpolation="bicubic", layout="NHWC"),
+            OutputSpec(mean=(0, 0, 0), std=(1, 1, 1), resize_shorter=224, interpolation="bicubic", layout="NHWC"),
         ),
     ),
     ("ORIGINAL_SIZE", "DECODER", "PIXELS_SCALE", "PIXELS_PADDING", "EMBED_SCALE"),

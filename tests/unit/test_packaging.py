@@ -57,3 +57,31 @@ def test_make_setup_installs_one_build_and_removes_the_other(gpu, extra, removed
     ).stdout
     assert "pip uninstall" in out and f" -y {removed}" in out
     assert f"'.[server,{extra},test]'" in out
+
+
+@pytest.fixture(scope="module")
+def wheel_files(tmp_path_factory: pytest.TempPathFactory) -> set[str]:
+    """The files of the wheel that `pip wheel .` builds from this checkout."""
+    import zipfile
+
+    from tritonprep_testkit.packaging import build_wheel
+
+    with zipfile.ZipFile(build_wheel(tmp_path_factory.mktemp("wheel"))) as wheel:
+        return {name for name in wheel.namelist() if ".dist-info/" not in name}
+
+
+def test_the_wheel_holds_every_package_and_data_file_of_the_tree(wheel_files):
+    """A non-editable install (`pip install .`, a container image) gets every package, found rather than
+    listed: a hand-kept list once left out tritonprep.pipeline, so classify_fused could not import."""
+    from tritonprep_testkit.packaging import expected_files
+
+    expected = expected_files()
+    assert {"tritonprep/pipeline/fused.py", "tritonprep/data/imagenet_labels.txt"} <= expected
+    assert {"tritonprep/kernels/resize_normalize.cu", "tritonprep_client/cli.py"} <= expected
+    assert sorted(expected - wheel_files) == []
+    assert sorted(f for f in wheel_files - expected if not f.endswith(".py")) == []  # nothing stray
+
+
+def test_packages_are_found_not_listed():
+    text = (ROOT / "pyproject.toml").read_text()
+    assert "[tool.setuptools.packages.find]" in text and "packages = [" not in text

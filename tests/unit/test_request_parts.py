@@ -11,7 +11,7 @@ from tritonprep.classifier.postprocess import TopK, softmax
 from tritonprep.errors import ConfigError, DecodeError
 from tritonprep.executors.cpu import CpuExecutor
 from tritonprep.image_errors import ImageFailure
-from tritonprep.spec import PreprocessConfig, PreprocessSpec
+from tritonprep.spec import OutputSpec, PreprocessConfig
 from tritonprep.triton.isolation import row_batched, split_rows
 from tritonprep.triton.preprocess import Preprocessed, PreprocessStage, RequestImages
 from tritonprep.triton.responses import ImageRejected
@@ -26,8 +26,8 @@ ARGS = {
 
 @pytest.fixture(scope="module")
 def stage():
-    small = PreprocessSpec(output_height=32, output_width=32, resize_shorter=32)
-    s = PreprocessStage(PreprocessConfig((("PIXELS", PreprocessSpec()), ("SMALL", small)), ("DECODER",)), ARGS)
+    small = OutputSpec(output_height=32, output_width=32, resize_shorter=32)
+    s = PreprocessStage(PreprocessConfig((("PIXELS", OutputSpec()), ("SMALL", small)), ("DECODER",)), ARGS)
     yield s
     s.close()
 

@@ -66,3 +66,17 @@ def test_a_gpu_instance_without_the_gpu_build_runs_on_the_cpu_with_one_line_sayi
     assert len(lines) == 1 and "gpu-cu13" in lines[0]
     x = np.zeros((2, *DIMS), np.float32)
     assert rt.infer_many([x[:1], x[1:]]).shape == (2, 1000)
+
+
+def test_the_runtime_parameter_table_is_the_one_source_of_names_and_defaults():
+    """Each RuntimeOptions field has one row; the rows' defaults build the dataclass's defaults."""
+    from dataclasses import fields
+
+    from tritonprep.classifier.runtimes import RUNTIME_PARAMETERS, default_buckets, runtime_parameter_table
+
+    assert sorted(t for p in RUNTIME_PARAMETERS for t in p.targets) == sorted(f.name for f in fields(RuntimeOptions))
+    from_table = RuntimeOptions.from_parameters({p.name: p.default for p in RUNTIME_PARAMETERS}, 256)
+    assert from_table == RuntimeOptions(batch_buckets=default_buckets(256))
+    table = runtime_parameter_table()
+    assert all(f"| `{p.name}` | `{p.default}` |" in table for p in RUNTIME_PARAMETERS if p.default)
+    assert "| `batch_buckets` | (empty) |" in table

@@ -9,7 +9,14 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from tritonprep.errors import ConfigError
-from tritonprep.spec import PARAMETERS, Limits, PreprocessSpec
+from tritonprep.spec import (
+    PARAMETERS,
+    PER_OUTPUT,
+    DecoderOptions,
+    Limits,
+    OutputSpec,
+    PreprocessConfig,
+)
 
 REPO = Path(__file__).resolve().parents[2] / "model_repository"
 
@@ -64,17 +71,18 @@ def test_ensemble_wiring_matches_the_models(ensemble):
 
 
 def test_repository_preprocess_config_gives_the_lite0_spec():
-    spec = PreprocessSpec.from_model_config(as_json_config(load_config(REPO / "preprocess" / "config.pbtxt")))
+    config = PreprocessConfig.from_model_config(as_json_config(load_config(REPO / "preprocess" / "config.pbtxt")))
+    spec = config.spec("PIXELS")
     assert (spec.output_height, spec.output_width, spec.resize_shorter) == (224, 224, 256)
     assert spec.mean == (127.0,) * 3 and spec.std == (128.0,) * 3
     assert spec.layout == "NCHW" and spec.dtype == "FP32" and spec.channel_order == "RGB"
     assert spec.output_shape == (3, 224, 224)
     assert spec.scale[0] == pytest.approx(1 / 128) and spec.bias[0] == pytest.approx(-127 / 128)
-    assert spec.limits == Limits()
+    assert config.limits == Limits()
 
 
 def test_parameters_are_parsed_and_normalised():
-    spec = PreprocessSpec.from_parameters(
+    config = PreprocessConfig.from_parameters(
         {
             "output_size": "320,640",
             "resize": "Letterbox",
@@ -89,11 +97,12 @@ def test_parameters_are_parsed_and_normalised():
             "max_pixels": "1000",
         }
     )
+    spec = config.spec("PIXELS")
     assert (spec.output_height, spec.output_width) == (320, 640) and spec.resize == "letterbox"
     assert spec.interpolation == "bicubic" and spec.mean == (0.0,) * 3 and spec.std == (255.0,) * 3
     assert (spec.channel_order, spec.layout, spec.dtype, spec.pad_value) == ("BGR", "NHWC", "FP16", 114)
     assert spec.output_shape == (320, 640, 3)
-    assert spec.limits.allowed_formats == ("JPEG", "PNG") and spec.limits.max_pixels == 1000
+    assert config.limits.allowed_formats == ("JPEG", "PNG") and config.limits.max_pixels == 1000
 
 
 @pytest.mark.parametrize(
@@ -119,41 +128,70 @@ def test_parameters_are_parsed_and_normalised():
 )
 def test_invalid_parameters_say_what_is_allowed(params, message):
     with pytest.raises(ConfigError, match=message):
-        PreprocessSpec.from_parameters(params)
+        PreprocessConfig.from_parameters(params)
 
 
 def test_output_config_must_agree_with_the_spec():
     cfg = as_json_config(load_config(REPO / "preprocess" / "config.pbtxt"))
     cfg["output"][0]["dims"] = [224, 224, 3]
     with pytest.raises(ConfigError, match="has dims \\[224, 224, 3\\] but the parameters describe \\[3, 224, 224\\]"):
-        PreprocessSpec.from_model_config(cfg)
+        PreprocessConfig.from_model_config(cfg)
     cfg = as_json_config(load_config(REPO / "preprocess" / "config.pbtxt"))
     cfg["output"][0]["data_type"] = "TYPE_FP16"
     with pytest.raises(ConfigError, match="data_type TYPE_FP16 but parameter dtype is FP32"):
-        PreprocessSpec.from_model_config(cfg)
+        PreprocessConfig.from_model_config(cfg)
     with pytest.raises(ConfigError, match="no output named 'OUT'"):
-        PreprocessSpec.from_model_config(as_json_config(load_config(REPO / "preprocess" / "config.pbtxt")), "OUT")
+        PreprocessConfig.from_model_config(as_json_config(load_config(REPO / "preprocess" / "config.pbtxt"))).spec(
+            "OUT"
+        )
 
 
 def test_the_table_defaults_are_the_dataclass_defaults():
-    """Every parameter's documented default builds the same spec as the dataclass defaults."""
-    assert PreprocessSpec.from_parameters({p.name: p.default for p in PARAMETERS}) == PreprocessSpec()
+    """Every parameter's documented default builds the same config as the dataclass defaults."""
+    assert PreprocessConfig.from_parameters({p.name: p.default for p in PARAMETERS}) == PreprocessConfig.single()
+    per_output = {p.name: p.default for p in PARAMETERS if p.name in PER_OUTPUT}
+    assert OutputSpec.from_parameters(per_output) == OutputSpec()
 
 
 def test_every_field_has_exactly_one_parameter():
+    """Each field of the per-output spec, the decoder options, the limits and the config's own model-wide
+    fields is set by exactly one row of the table, and model-wide settings exist once (not per output)."""
     from dataclasses import fields
 
-    targets = [t for p in PARAMETERS for t in (p.target if isinstance(p.target, tuple) else (p.target,))]
-    spec_fields = {f.name for f in fields(PreprocessSpec)} - {"limits"} | {f"limits.{f.name}" for f in fields(Limits)}
-    assert sorted(targets) == sorted(spec_fields)
+    targets = [t for p in PARAMETERS for t in p.targets]
+    model = {f.name for f in fields(PreprocessConfig)} - {"outputs", "provenance", "decoding", "limits"}
+    expected = (
+        {f"output.{f.name}" for f in fields(OutputSpec)}
+        | {f"decoding.{f.name}" for f in fields(DecoderOptions)}
+        | {f"limits.{f.name}" for f in fields(Limits)}
+        | {f"model.{name}" for name in model}
+    )
+    assert sorted(targets) == sorted(expected)
+    assert PER_OUTPUT == {p.name for p in PARAMETERS if p.name == "preset" or p.targets[0].startswith("output.")}
+
+
+def test_a_per_output_spec_refuses_model_wide_parameters():
+    with pytest.raises(ConfigError, match="model-wide parameters"):
+        OutputSpec.from_parameters({"max_pixels": "1000"})
+
+
+@pytest.mark.parametrize("key", ["hw_decoder_streams", "PIXELS.hw_decoder_streams"])
+def test_the_retired_decoder_stream_mode_says_what_to_do(key):
+    """hw_decoder_streams=caller was removed (decoders always decode on their own streams): a config that
+    still asks for it fails to load saying so; 'own', what every decoder now does, still loads."""
+    with pytest.raises(ConfigError, match="'caller' is no longer supported: .*own.*delete the parameter"):
+        PreprocessConfig.from_parameters({key: "caller"})
+    assert PreprocessConfig.from_parameters({key: "own"}) == PreprocessConfig.single()
 
 
 def test_a_choice_is_checked_once_in_code_as_in_config():
     """Choices are validated by the dataclass, so a spec built in code is held to the same rules."""
     with pytest.raises(ConfigError, match="resize must be one of"):
-        PreprocessSpec(resize="crop")
+        OutputSpec(resize="crop")
     with pytest.raises(ConfigError, match="resize must be one of"):
-        PreprocessSpec.from_parameters({"resize": "crop"})
+        OutputSpec.from_parameters({"resize": "crop"})
+    with pytest.raises(ConfigError, match="gpu_decoder must be one of"):
+        DecoderOptions(gpu_decoder="cpu")
 
 
 def test_the_gpu_config_is_the_default_one_with_gpu_instances_and_batching():

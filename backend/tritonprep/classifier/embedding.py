@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ..cuda import cuda_fault_guard, import_cupy
 from ..errors import ConfigError
 
 OUTPUT = "embedding"
@@ -44,12 +45,18 @@ def onnx_file(model_dir: Path) -> Path:
 
 
 def as_embeddings(features: Any, dtype: np.dtype) -> Any:
-    """The network's unit vectors (numpy or CuPy, where they are) in the output dtype."""
-    return features if features.dtype == dtype else features.astype(dtype)
+    """The network's unit vectors (numpy or CuPy, where they are) in the output dtype.
 
-
-def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Cosine similarity of embeddings (rows), in float32, whatever their dtype or norm."""
-    a = np.asarray(a, np.float32)
-    b = np.asarray(b, np.float32)
-    return np.sum(a * b, axis=-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
+    A cast on the GPU runs on the current stream, which is synchronized before the vectors leave (Triton
+    reads them right after ``execute``), under the sticky-CUDA-error guard of every GPU path.
+    """
+    if features.dtype == dtype:
+        return features
+    if isinstance(features, np.ndarray):
+        return features.astype(dtype)
+    with features.device:
+        stream = import_cupy().cuda.get_current_stream()
+        with cuda_fault_guard(features.device.id, "the embedder", probe=stream.synchronize):
+            out = features.astype(dtype)
+            stream.synchronize()
+    return out

@@ -32,13 +32,14 @@ import io
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import STICKY_CUDA_ERRORS, ConfigError, InstanceFailed, RuntimeUnavailable
+from ..cuda import cuda_fault_guard, import_cupy
+from ..errors import ConfigError, RuntimeUnavailable
 from .ort_options import CudaEpOptions, OptimizedModels, register_cuda_ep, session_caps_mb, unregister_cuda_ep
 
 log = logging.getLogger(__name__)
@@ -166,10 +167,7 @@ class OrtCudaRuntime:
         ort = import_onnxruntime()
         if not cuda_provider_available(ort):
             raise RuntimeUnavailable(f"this onnxruntime build has no CUDA execution provider; {GPU_INSTALL_HINT}")
-        try:
-            import cupy
-        except ImportError as e:
-            raise RuntimeUnavailable(f"CuPy is needed for GPU inputs ({e}); {GPU_INSTALL_HINT}") from None
+        cupy = import_cupy()
         if not buckets or sorted(set(buckets)) != list(buckets) or buckets[0] < 1:
             raise ConfigError(f"batch_buckets must be increasing positive sizes, got {list(buckets)}")
         self._preload_report = preload(ort)
@@ -394,14 +392,12 @@ class OrtCudaRuntime:
             log.info("network on GPU %d: released in %.2f s", self.device.id, time.perf_counter() - t0)
 
     def bucket_for(self, n: int) -> int:
-        """The batch size ``n`` images run at (the smallest bucket that holds them)."""
+        """The batch size ``n`` images run at: the smallest bucket that holds them (more than the largest
+        bucket run in chunks of it)."""
         return self._bucket(n).size
 
     def _bucket(self, n: int) -> _Bucket:
-        for bucket in self._buckets:
-            if bucket.size >= n:
-                return bucket
-        raise ConfigError(f"a batch of {n} images is larger than the largest bucket ({self.max_batch})")
+        return next((bucket for bucket in self._buckets if bucket.size >= n), self._buckets[-1])
 
     def infer(self, batch: Any) -> Any:
         """Logits of one batch (numpy or CuPy, N x input_dims); a CuPy array on this instance's GPU."""
@@ -422,45 +418,15 @@ class OrtCudaRuntime:
             self._warned_thread = True  # graphs are per thread: ORT captures again on this one, once
             log.warning("classifier runs on another thread than it was warmed up on; CUDA graphs are captured again")
         chunks = []
-        try:
+        with cuda_fault_guard(self.device.id, "the network (ONNX Runtime CUDA)", probe=self.stream.synchronize):
             with self.device, self.stream:
                 start = 0
-                while start < n:  # more than the largest bucket only if called directly with a huge batch
+                while start < n:  # more than the largest bucket runs in chunks of it
                     take = min(self.max_batch, n - start)
                     chunks.append(self._run_chunk(parts, start, take))
                     start += take
                 out = chunks[0] if len(chunks) == 1 else cp.concatenate(chunks)
             self.stream.synchronize()
-        except Exception as e:  # noqa: BLE001 - re-raised: only a poisoned CUDA context becomes InstanceFailed
-            self._raise_if_poisoned(e)
-            raise
-        return out
-
-    def _raise_if_poisoned(self, error: Exception) -> None:
-        """Raise :class:`InstanceFailed` if ``error`` left this process's CUDA context unusable (a sticky
-        error: every later call would fail too, so the instance must be restarted, not retried)."""
-        cp = self._cp
-        try:
-            self.stream.synchronize()
-        except (cp.cuda.runtime.CUDARuntimeError, cp.cuda.driver.CUDADriverError) as e:
-            if getattr(e, "status", None) in STICKY_CUDA_ERRORS:
-                raise InstanceFailed(
-                    f"CUDA error on GPU {self.device.id}: {e} (after {type(error).__name__}: {error}); "
-                    "this process's CUDA context is unusable"
-                ) from None
-
-    def infer_into(self, n: int, fill: Callable[[Any, Any], None]) -> Any:
-        """Logits of ``n`` images that ``fill(buffer, stream)`` writes into the bound input buffer itself.
-
-        For producers that copy stream-ordered on their own (DALI's ``copy_to_external``, say): ``buffer``
-        is the bucket's input rows ``[:n]``, ``stream`` the instance's stream the network runs on.
-        """
-        bucket = self._bucket(n)
-        with self.device, self.stream:
-            fill(bucket.x[:n], self.stream)
-            bucket.session.run_with_iobinding(bucket.binding)
-            out = bucket.y[:n].copy()
-        self.stream.synchronize()
         return out
 
     def _run_chunk(self, parts: Sequence[Any], start: int, n: int) -> Any:

@@ -7,30 +7,12 @@ libraries are, else ONNX Runtime on the CPU. A GPU instance that falls back to t
 one log line naming what to install. The container serves the same network with Triton's own
 ``tensorrt_plan`` backend instead (see docker/).
 
-The classifier config's ``parameters`` (all optional; :data:`PARAMETERS`)::
-
-    runtime        auto | tensorrt | onnxruntime
-    precision      fp16 | fp32    GPU runtimes (FP16 weights and math, FP32 input/output); the CPU runs FP32
-    layout         nhwc | nchw    the GPU runtime's internal layout (the input stays NCHW)
-    cuda_graphs    true | false   replay each bucket as a CUDA graph
-    batch_buckets  "1,2,4,...,64" batch sizes the GPU runtime runs at (default: powers of two up to
-                                  max_batch_size); a batch is padded up to the next one, and one larger
-                                  than the largest runs in chunks of it (each bucket holds its own
-                                  ONNX Runtime session and memory: fewer, smaller buckets, less memory)
-    gpu_memory_mb  ""             the most GPU memory one GPU instance may hold, its CUDA context included,
-                                  MiB, or "<largest bucket>:<MiB>,..." (tritonprep.memory); spread over the
-                                  bucket sessions' arenas as their caps (empty: no cap)
-    gpu_mem_limit_mb  "0"         cap of each bucket's ONNX Runtime arena, overriding the share of
-                                  gpu_memory_mb (0: none)
-    cudnn_conv_algo_search  heuristic | exhaustive | default    how cuDNN picks each convolution's algorithm
-                                  per bucket: exhaustive benchmarks them all while the model loads (slow
-                                  start), heuristic asks cuDNN's heuristics, default takes its default
-    cudnn_conv_use_max_workspace  false | true   let cuDNN pick algorithms that need a large workspace
-                                  (each bucket's arena keeps it: more memory)
-    arena_extend_strategy  same_as_requested | next_power_of_two   how a bucket's arena grows
-
-The ONNX Runtime options are the CUDA EP's (tritonprep.classifier.ort_options); the start-up cache
-(tritonprep.cache) keeps each bucket's optimized model between starts.
+The classifier's and the embedder's config ``parameters`` (all optional) are the rows of
+:data:`RUNTIME_PARAMETERS`, the one place that names them, their defaults and meaning;
+``python -m tritonprep.classifier.runtimes`` prints them as the docs' table. The ONNX Runtime CUDA EP
+options among them (cuDNN's algorithm search and workspace, the arenas' growth and caps, the instance's
+``gpu_memory_mb`` spread over the bucket sessions) are :mod:`.ort_options`'; the start-up cache
+(:mod:`tritonprep.cache`) keeps each bucket's optimized model between starts.
 """
 
 from __future__ import annotations
@@ -47,6 +29,7 @@ import numpy as np
 
 from ..errors import ConfigError, RuntimeUnavailable
 from ..memory import instance_budget_mb
+from ..parameters import Parameter, check_choice, markdown_table, read_bool, read_ints, read_lower, read_whole
 from .engines import EngineBuildError
 from .ort_cuda import GPU_INSTALL_HINT, OrtCudaRuntime, cuda_provider_available, import_onnxruntime
 from .ort_options import ARENA_EXTEND, CONV_ALGO_SEARCH, CudaEpOptions
@@ -81,45 +64,112 @@ class Runtime(Protocol):
         ...
 
 
-def _bool(name: str, text: str) -> bool:
-    value = text.strip().lower()
-    if value not in ("true", "false"):
-        raise ConfigError(f"classifier parameter {name!r} must be true or false, got {text!r}")
-    return value == "true"
-
-
-def _choice(name: str, text: str, choices: tuple[str, ...]) -> str:
-    value = text.strip().lower()
-    if value not in choices:
-        raise ConfigError(f"classifier parameter {name!r} must be one of {', '.join(choices)}; got {text!r}")
-    return value
-
-
-def _ints(name: str, text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise ConfigError(f"classifier parameter {name!r} must be comma-separated integers, got {text!r}") from None
+#: every parameter of a network model (classifier, embedder; ``network.``-prefixed in classify_fused)
+RUNTIME_PARAMETERS: tuple[Parameter, ...] = (
+    Parameter(
+        "runtime",
+        "runtime",
+        read_lower,
+        "auto",
+        "auto (TensorRT where the tensorrt package is installed, else ONNX Runtime's CUDA EP on a GPU instance, "
+        "else ONNX Runtime on the CPU), tensorrt or onnxruntime",
+    ),
+    Parameter(
+        "precision",
+        "precision",
+        read_lower,
+        "fp16",
+        "fp16 or fp32: the GPU runtimes' weights and math (input and output stay FP32); the CPU runs FP32",
+    ),
+    Parameter(
+        "layout", "layout", read_lower, "nhwc", "nhwc or nchw: the GPU runtime's internal layout (the input stays NCHW)"
+    ),
+    Parameter("cuda_graphs", "cuda_graphs", read_bool, "true", "replay each batch bucket as a CUDA graph"),
+    Parameter(
+        "batch_buckets",
+        "batch_buckets",
+        read_ints(),
+        "",
+        "batch sizes the GPU runtime runs at (empty: the powers of two up to max_batch_size); a batch is padded "
+        "up to the next one, one larger than the largest runs in chunks of it; each holds its own ONNX Runtime "
+        "session and memory",
+    ),
+    Parameter(
+        "gpu_memory_mb",
+        "gpu_memory_mb",
+        lambda _name, text: text.strip(),
+        "",
+        'GPU instances: the most GPU memory one instance may hold, its CUDA context included, MiB, or "<largest '
+        "bucket>:<MiB>,...\" (tritonprep.memory); spread over the bucket sessions' arenas as their caps (empty: none)",
+    ),
+    Parameter(
+        "gpu_mem_limit_mb",
+        "gpu_mem_limit_mb",
+        read_whole,
+        "0",
+        "cap of each bucket's ONNX Runtime arena in MiB, instead of its share of gpu_memory_mb (0: none)",
+    ),
+    Parameter(
+        "cudnn_conv_algo_search",
+        "cudnn_conv_algo_search",
+        read_lower,
+        "heuristic",
+        "heuristic, exhaustive or default: how cuDNN picks each convolution's algorithm per bucket (exhaustive "
+        "benchmarks them all while the model loads: the slowest start)",
+    ),
+    Parameter(
+        "cudnn_conv_use_max_workspace",
+        "cudnn_conv_use_max_workspace",
+        read_bool,
+        "false",
+        "let cuDNN pick algorithms that need a large workspace (each bucket's arena keeps it: more memory)",
+    ),
+    Parameter(
+        "arena_extend_strategy",
+        "arena_extend_strategy",
+        read_lower,
+        "same_as_requested",
+        "same_as_requested or next_power_of_two: how a bucket's ONNX Runtime arena grows",
+    ),
+)
+_TABLE = {p.name: p for p in RUNTIME_PARAMETERS}
+#: parameters of a network model's config that Triton's Python backend reads itself
+BACKEND_PARAMETERS = frozenset({"FORCE_CPU_ONLY_INPUT_TENSORS"})
 
 
 @dataclass(frozen=True)
 class RuntimeOptions:
-    """How the classifier runs; read from its config's ``parameters``."""
+    """How the network runs; built from its config's ``parameters`` by :data:`RUNTIME_PARAMETERS`."""
 
     runtime: str = "auto"
     precision: str = "fp16"
     layout: str = "nhwc"
     cuda_graphs: bool = True
+    #: empty: every power of two up to max_batch_size (:meth:`from_parameters` fills them in)
     batch_buckets: tuple[int, ...] = ()
-    gpu_mem_limit_mb: int = 0
     #: the instance's GPU memory budget (the parameter's text: tritonprep.memory), "" for none
     gpu_memory_mb: str = ""
+    gpu_mem_limit_mb: int = 0
     cudnn_conv_algo_search: str = "heuristic"
     cudnn_conv_use_max_workspace: bool = False
     arena_extend_strategy: str = "same_as_requested"
 
     def __post_init__(self) -> None:
-        self.ep  # noqa: B018 - checks the ONNX Runtime options however the options were made
+        for name, choices in (
+            ("runtime", RUNTIME_CHOICES),
+            ("precision", PRECISIONS),
+            ("layout", LAYOUTS),
+            ("cudnn_conv_algo_search", CONV_ALGO_SEARCH),
+            ("arena_extend_strategy", ARENA_EXTEND),
+        ):
+            try:
+                check_choice(name, getattr(self, name), choices)
+            except ConfigError as e:
+                raise ConfigError(f"classifier parameter {e}") from None
+        buckets = self.batch_buckets
+        if buckets and (sorted(set(buckets)) != list(buckets) or buckets[0] < 1):
+            raise ConfigError(f"batch_buckets must be increasing positive sizes, got {list(buckets)}")
+        instance_budget_mb(self.gpu_memory_mb, buckets)  # a malformed budget fails the load, not the first GPU use
 
     @property
     def ep(self) -> CudaEpOptions:
@@ -134,57 +184,36 @@ class RuntimeOptions:
     @classmethod
     def from_parameters(cls, params: Mapping[str, str], max_batch: int) -> RuntimeOptions:
         """Options from ``{name: string}``; buckets default to the powers of two up to ``max_batch``."""
-        known = {
-            "runtime",
-            "precision",
-            "layout",
-            "cuda_graphs",
-            "batch_buckets",
-            "gpu_mem_limit_mb",
-            "gpu_memory_mb",
-            "cudnn_conv_algo_search",
-            "cudnn_conv_use_max_workspace",
-            "arena_extend_strategy",
-        }
-        ignored = {"FORCE_CPU_ONLY_INPUT_TENSORS"}  # the Python backend's own
-        unknown = sorted(set(params) - known - ignored)
+        unknown = sorted(set(params) - set(_TABLE) - BACKEND_PARAMETERS)
         if unknown:
-            raise ConfigError(f"unknown classifier parameter(s) {unknown}; known: {sorted(known)}")
-        buckets = _ints("batch_buckets", params["batch_buckets"]) if params.get("batch_buckets") else ()
-        if not buckets:
-            buckets = tuple(1 << k for k in range(max_batch.bit_length()) if 1 << k < max_batch) + (max_batch,)
+            raise ConfigError(f"unknown classifier parameter(s) {unknown}; known: {sorted(_TABLE)}")
+        values: dict[str, Any] = {}
+        for name, text in params.items():
+            if name in _TABLE:
+                try:
+                    values.update(_TABLE[name].values(text))
+                except ConfigError as e:
+                    raise ConfigError(f"classifier {e}") from None
+        buckets = values.get("batch_buckets") or default_buckets(max_batch)
         if sorted(set(buckets)) != list(buckets) or buckets[0] < 1 or buckets[-1] > max_batch:
             raise ConfigError(
                 f"batch_buckets must be increasing positive sizes up to max_batch_size ({max_batch}), "
                 f"got {list(buckets)}"
             )
-        limit = params.get("gpu_mem_limit_mb", "0").strip() or "0"
-        if not limit.isdigit():
-            raise ConfigError(f"classifier parameter 'gpu_mem_limit_mb' must be a whole number, got {limit!r}")
-        return cls(
-            runtime=_choice("runtime", params.get("runtime", "auto"), RUNTIME_CHOICES),
-            precision=_choice("precision", params.get("precision", "fp16"), PRECISIONS),
-            layout=_choice("layout", params.get("layout", "nhwc"), LAYOUTS),
-            cuda_graphs=_bool("cuda_graphs", params.get("cuda_graphs", "true")),
-            batch_buckets=buckets,
-            gpu_mem_limit_mb=int(limit),
-            gpu_memory_mb=_budget(params.get("gpu_memory_mb", ""), buckets),
-            cudnn_conv_algo_search=_choice(
-                "cudnn_conv_algo_search", params.get("cudnn_conv_algo_search", "heuristic"), CONV_ALGO_SEARCH
-            ),
-            cudnn_conv_use_max_workspace=_bool(
-                "cudnn_conv_use_max_workspace", params.get("cudnn_conv_use_max_workspace", "false")
-            ),
-            arena_extend_strategy=_choice(
-                "arena_extend_strategy", params.get("arena_extend_strategy", "same_as_requested"), ARENA_EXTEND
-            ),
-        )
+        return cls(**{**values, "batch_buckets": buckets})
 
 
-def _budget(text: str, buckets: tuple[int, ...]) -> str:
-    """The ``gpu_memory_mb`` text, checked now (a malformed one fails the model's load, not its first GPU use)."""
-    instance_budget_mb(text, buckets)
-    return text.strip()
+def default_buckets(max_batch: int) -> tuple[int, ...]:
+    """The powers of two below ``max_batch``, and ``max_batch``."""
+    return tuple(1 << k for k in range(max_batch.bit_length()) if 1 << k < max_batch) + (max_batch,)
+
+
+def runtime_parameter_table() -> str:
+    """The network models' parameters as a Markdown table (name, default, meaning), as the docs show them."""
+    return markdown_table(
+        ("parameter", "default", "meaning"),
+        ((f"`{p.name}`", f"`{p.default}`" if p.default else "(empty)", p.help) for p in RUNTIME_PARAMETERS),
+    )
 
 
 class OrtCpuRuntime:
@@ -306,3 +335,9 @@ def load_runtime(
             )
     threads = int(os.environ.get("TRITONPREP_ORT_THREADS", "0"))
     return OrtCpuRuntime(onnx_path, threads)
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.stdout.write(runtime_parameter_table() + "\n")

@@ -11,8 +11,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import RuntimeUnavailable
-from .engines import BuildOptions, PythonBuilder, build_or_reuse, import_tensorrt
+from ..cuda import cuda_fault_guard, import_cupy
+from ..errors import InferenceError, RuntimeUnavailable
+from .builders import PythonBuilder, import_tensorrt, platform_of
+from .engines import BuildOptions, build_or_reuse
 from .ort_cuda import copy_rows
 
 
@@ -29,22 +31,24 @@ class TensorRTRuntime:
         #: seconds of each start-up phase (the instance report's)
         self.timings: dict[str, float] = {}
         trt = import_tensorrt()
-        try:
-            import cupy
-        except ImportError as e:
-            raise RuntimeUnavailable(f"CuPy is needed to run TensorRT engines: {e}") from None
+        cupy = import_cupy()
         self._cp = cupy
-        self._device = cupy.cuda.Device(device_id)
-        self._device.use()
+        try:
+            self._device = cupy.cuda.Device(device_id)
+            self._device.use()
+        except cupy.cuda.runtime.CUDARuntimeError as e:
+            raise RuntimeUnavailable(f"GPU {device_id} is not usable: {e}") from None
         self.timings["imports"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         plan = onnx_path.with_name(f"{onnx_path.stem}.gpu{device_id}.plan")
         options = BuildOptions(input_dims, fp16=fp16, max_batch=max_batch, opt_batch=min(64, max_batch))
+        builder = PythonBuilder()
         build_or_reuse(
             onnx_path,
             plan,
             options,
-            builder=PythonBuilder(),
+            builder=builder,
+            platform=platform_of(builder, device_id),
             device_id=device_id,
             timing_cache=onnx_path.with_name("timing.cache"),
         )
@@ -75,26 +79,31 @@ class TensorRTRuntime:
         self._stream = None
 
     def infer(self, batch: Any) -> Any:
-        """Run the engine on ``batch`` (numpy or CuPy); returns a CuPy array."""
-        cp = self._cp
-        with self._device, self._stream:
-            x = cp.ascontiguousarray(cp.asarray(batch, dtype=cp.float32))
-            self._context.set_input_shape(self.input_name, tuple(x.shape))
-            out = cp.empty(tuple(self._context.get_tensor_shape(self.output_name)), dtype=cp.float32)
-            self._context.set_tensor_address(self.input_name, x.data.ptr)
-            self._context.set_tensor_address(self.output_name, out.data.ptr)
-            if not self._context.execute_async_v3(self._stream.ptr):
-                raise RuntimeUnavailable("TensorRT execution failed; see the server log")
-            self._stream.synchronize()
-        return out
+        """Run the engine on ``batch`` (numpy or CuPy); returns a CuPy array.
+
+        A sticky CUDA error (the engine's kernels, or a copy, poisoned the context) raises
+        :class:`~tritonprep.errors.InstanceFailed`, so that the instance is restarted instead of failing
+        every later request; TensorRT refusing a batch otherwise raises :class:`~tritonprep.errors.InferenceError`.
+        """
+        return self.infer_many([batch])
 
     def infer_many(self, parts: Sequence[Any]) -> Any:
         """Logits of the concatenated ``parts`` (numpy, or CuPy on any GPU: copied peer to peer onto this one)."""
         cp = self._cp
-        with self._device, self._stream:
-            x = cp.empty((sum(len(p) for p in parts), *parts[0].shape[1:]), dtype=cp.float32)
-            row = 0
-            for part in parts:
-                copy_rows(cp, x[row : row + len(part)], part, self._stream)
-                row += len(part)
-        return self.infer(x)
+        with cuda_fault_guard(self._device.id, "the network (TensorRT)", probe=self._stream.synchronize):
+            with self._device, self._stream:
+                x = cp.empty((sum(len(p) for p in parts), *parts[0].shape[1:]), dtype=cp.float32)
+                row = 0
+                for part in parts:
+                    copy_rows(cp, x[row : row + len(part)], part, self._stream)
+                    row += len(part)
+                self._context.set_input_shape(self.input_name, tuple(x.shape))
+                out = cp.empty(tuple(self._context.get_tensor_shape(self.output_name)), dtype=cp.float32)
+                self._context.set_tensor_address(self.input_name, x.data.ptr)
+                self._context.set_tensor_address(self.output_name, out.data.ptr)
+                if not self._context.execute_async_v3(self._stream.ptr):
+                    raise InferenceError(
+                        f"TensorRT could not run the engine on a batch of {len(x)}; its reason is in the server log"
+                    )
+            self._stream.synchronize()
+        return out

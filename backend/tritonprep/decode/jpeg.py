@@ -51,67 +51,85 @@ def parse_jpeg(data: bytes, max_scans: int) -> JpegHeader:
     orientation: int | None = 1
     seen_exif = False
     while True:
-        if pos >= n:
-            raise DecodeError("truncated JPEG: no end-of-image marker")
-        if data[pos] != 0xFF:
-            raise DecodeError(f"corrupt JPEG: expected a marker at byte {pos}, found 0x{data[pos]:02x}")
-        pos += 1
-        while pos < n and data[pos] == 0xFF:  # fill bytes before the marker code
-            pos += 1
-        if pos >= n:
-            raise DecodeError("truncated JPEG: no end-of-image marker")
-        marker = data[pos]
-        pos += 1
+        marker, pos = _next_marker(data, pos, n)
         if marker in _NO_LENGTH:
             if marker == _EOI:
                 break
             continue
-        if pos + 2 > n:
-            raise DecodeError(f"truncated JPEG: segment 0xFF{marker:02X} at byte {pos - 2} is cut off")
-        length = data[pos] << 8 | data[pos + 1]
-        if length < 2 or pos + length > n:
-            raise DecodeError(
-                f"truncated or corrupt JPEG: segment 0xFF{marker:02X} at byte {pos - 2} has length {length}"
-            )
+        length = _segment_length(data, pos, n, marker)
         if marker not in _INSPECT:
             pos += length
             continue
-        if marker == _APP1:
-            if not seen_exif and data.startswith(b"Exif\x00\x00", pos + 2):
-                seen_exif = True  # decoders read the first Exif APP1 only
-                orientation = exif_orientation(data[pos + 8 : pos + length])
-            pos += length
-            continue
-        if marker != _SOS:  # a frame header
-            if frame is not None:
-                raise DecodeError(f"corrupt JPEG: a second frame header (0xFF{marker:02X}) at byte {pos - 2}")
-            if length < 8:
-                raise DecodeError("corrupt JPEG: frame header too short")
-            height = data[pos + 3] << 8 | data[pos + 4]
-            width = data[pos + 5] << 8 | data[pos + 6]
-            frame = (width, height, data[pos + 7], marker in _PROGRESSIVE)
-            pos += length
-            continue
+        if marker == _SOS:
+            if frame is None:
+                raise DecodeError("corrupt JPEG: scan before any frame header")
+            scans = _count_scans(data, pos + length, frame[3], max_scans)
+            break
+        if marker != _APP1:
+            frame = _frame_header(data, pos, length, marker, frame)
+        elif not seen_exif and data.startswith(b"Exif\x00\x00", pos + 2):
+            seen_exif = True  # decoders read the first Exif APP1 only
+            orientation = exif_orientation(data[pos + 8 : pos + length])
         pos += length
-        if frame is None:
-            raise DecodeError("corrupt JPEG: scan before any frame header")
-        # Past the first scan header, search instead of walking the entropy-coded data:
-        # there a 0xFF byte is always followed by 0x00 (stuffing), a restart marker or a
-        # real marker, so every 0xFFDA is a scan header and 0xFFD9 only appears as the end
-        # of the image. Scans are counted for progressive files only (each scan makes the
-        # decoder revisit every coefficient: the known CPU-exhaustion vector); a sequential
-        # file's extra scans cost nothing extra. (A Huffman table between progressive scans
-        # could hold the byte pair 0xFFDA; that only over-counts, conservatively.)
-        scans = 1 + data.count(b"\xff\xda", pos) if frame[3] else 1
-        if scans > max_scans:
-            raise LimitExceeded(f"progressive JPEG has {scans} scans, over the limit max_progressive_scans={max_scans}")
-        if data.rfind(b"\xff\xd9", pos) < 0:
-            raise DecodeError("truncated JPEG: the data ends before the end-of-image marker")
-        break
     if frame is None or scans == 0:
         raise DecodeError("corrupt JPEG: no frame or no scan before the end-of-image marker")
     width, height, components, progressive = frame
     return JpegHeader(width, height, components, progressive, scans, orientation)
+
+
+def _next_marker(data: bytes, pos: int, n: int) -> tuple[int, int]:
+    """``(marker code, position after it)`` of the marker at ``pos`` (fill bytes skipped)."""
+    if pos >= n:
+        raise DecodeError("truncated JPEG: no end-of-image marker")
+    if data[pos] != 0xFF:
+        raise DecodeError(f"corrupt JPEG: expected a marker at byte {pos}, found 0x{data[pos]:02x}")
+    pos += 1
+    while pos < n and data[pos] == 0xFF:  # fill bytes before the marker code
+        pos += 1
+    if pos >= n:
+        raise DecodeError("truncated JPEG: no end-of-image marker")
+    return data[pos], pos + 1
+
+
+def _segment_length(data: bytes, pos: int, n: int, marker: int) -> int:
+    """The length of the segment whose length field starts at ``pos`` (it must lie inside the data)."""
+    if pos + 2 > n:
+        raise DecodeError(f"truncated JPEG: segment 0xFF{marker:02X} at byte {pos - 2} is cut off")
+    length = data[pos] << 8 | data[pos + 1]
+    if length < 2 or pos + length > n:
+        raise DecodeError(f"truncated or corrupt JPEG: segment 0xFF{marker:02X} at byte {pos - 2} has length {length}")
+    return length
+
+
+def _frame_header(
+    data: bytes, pos: int, length: int, marker: int, seen: tuple[int, int, int, bool] | None
+) -> tuple[int, int, int, bool]:
+    """``(width, height, components, progressive)`` of the frame header at ``pos``; only one may exist."""
+    if seen is not None:
+        raise DecodeError(f"corrupt JPEG: a second frame header (0xFF{marker:02X}) at byte {pos - 2}")
+    if length < 8:
+        raise DecodeError("corrupt JPEG: frame header too short")
+    height = data[pos + 3] << 8 | data[pos + 4]
+    width = data[pos + 5] << 8 | data[pos + 6]
+    return width, height, data[pos + 7], marker in _PROGRESSIVE
+
+
+def _count_scans(data: bytes, pos: int, progressive: bool, max_scans: int) -> int:
+    """The scans of the image whose first scan's data starts at ``pos``; checks the limit and the end marker.
+
+    Past the first scan header, search instead of walking the entropy-coded data: there a 0xFF byte is
+    always followed by 0x00 (stuffing), a restart marker or a real marker, so every 0xFFDA is a scan
+    header and 0xFFD9 only appears as the end of the image. Scans are counted for progressive files only
+    (each scan makes the decoder revisit every coefficient: the known CPU-exhaustion vector); a sequential
+    file's extra scans cost nothing extra. (A Huffman table between progressive scans could hold the byte
+    pair 0xFFDA; that only over-counts, conservatively.)
+    """
+    scans = 1 + data.count(b"\xff\xda", pos) if progressive else 1
+    if scans > max_scans:
+        raise LimitExceeded(f"progressive JPEG has {scans} scans, over the limit max_progressive_scans={max_scans}")
+    if data.rfind(b"\xff\xd9", pos) < 0:
+        raise DecodeError("truncated JPEG: the data ends before the end-of-image marker")
+    return scans
 
 
 def exif_orientation(tiff: bytes) -> int | None:

@@ -33,9 +33,9 @@ events, both ways:
   synchronizing the caller's stream also waits for every decode.
 
 The caller enqueues its kernels on its stream and synchronizes it before letting the images
-go, so no buffer is freed or reused while still being read. ``streams="caller"`` decodes every
-stage on the caller's stream instead (no events; nvImageCodec orders its results on it), as
-before; it is kept to compare the two.
+go, so no buffer is freed or reused while still being read.
+
+The decoder's settings are the model's :class:`~tritonprep.spec.DecoderOptions`, taken whole.
 
 Formats: JPEGs go to the hardware stage first; JPEG 2000 and TIFF files (the plain ones the GPU
 decodes exactly, :mod:`.headers`) go straight to the second stage, whose GPU backends hold
@@ -69,7 +69,9 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
+from ..cuda import GPU_EXTRA_HINT, import_cupy
 from ..errors import RuntimeUnavailable
+from ..spec import DecoderOptions
 
 log = logging.getLogger(__name__)
 
@@ -98,9 +100,7 @@ def import_nvimgcodec() -> Any:
     try:
         from nvidia import nvimgcodec
     except ImportError as e:
-        raise RuntimeUnavailable(
-            f"nvImageCodec is not installed ({e}); pip install 'tritonprep[gpu-cu13]' (or gpu-cu12)"
-        ) from None
+        raise RuntimeUnavailable(f"nvImageCodec is not installed ({e}); {GPU_EXTRA_HINT}") from None
     return nvimgcodec
 
 
@@ -112,19 +112,6 @@ _OPEN_LOCK = threading.Lock()
 #: output images kept for reuse per decoder stage, and the largest buffer worth keeping
 _POOL_MAX_IMAGES = 256
 _POOL_MAX_BYTES = 16 << 20
-#: where the decoder objects decode: each on a CUDA stream of its own, or all on the caller's
-STREAM_MODES = ("own", "caller")
-
-
-def import_cupy() -> Any:
-    """Import CuPy or raise :class:`RuntimeUnavailable` with the install hint."""
-    try:
-        import cupy
-    except ImportError as e:
-        raise RuntimeUnavailable(
-            f"CuPy is not installed ({e}); pip install 'tritonprep[gpu-cu13]' (or gpu-cu12)"
-        ) from None
-    return cupy
 
 
 def _make_decoder(nv: Any, device_id: int, kinds: tuple[Any, ...], options: str, cpu_threads: int) -> Any:
@@ -143,19 +130,19 @@ def _close_open_decoders() -> None:
 
 
 class _Stage:
-    """One nvImageCodec decoder object, the path it stands for and the output images it reuses.
+    """One nvImageCodec decoder object, the path it stands for, its CUDA stream and the output images it reuses.
 
     ``free`` holds output images nothing reads any more; ``lent`` those handed out since the last
     :meth:`release`, whose pixels the executor's kernel may still read. A call takes from ``free``
     only, so two calls before a release (the bisection of a failing batch, the CUDA stage running
     beside the hardware and again for its leftovers) never decode into the same buffers.
 
-    ``stream`` is the CuPy stream the stage decodes on (None: the caller's) and ``done`` the event
-    recorded on it after each decode. A stage's images are always decoded on the same stream, so
-    nvImageCodec never has to synchronize a reused buffer's old stream with a new one.
+    ``stream`` is the CuPy stream the stage decodes on (its own) and ``done`` the event recorded on
+    it after each decode. A stage's images are always decoded on the same stream, so nvImageCodec
+    never has to synchronize a reused buffer's old stream with a new one.
     """
 
-    def __init__(self, path: str, decoder: Any, stream: Any = None, done: Any = None) -> None:
+    def __init__(self, path: str, decoder: Any, stream: Any, done: Any) -> None:
         self.path, self.decoder = path, decoder
         self.stream, self.done = stream, done
         self.free: list[Any] = []
@@ -179,50 +166,50 @@ class _Stage:
         self.lent.clear()
 
 
+def _decoder_options(options: DecoderOptions) -> tuple[str, str]:
+    """nvImageCodec's option strings of the CUDA stage and of the hardware stage (which adds preallocation)."""
+    common = ":fancy_upsampling=1" if options.fancy_upsampling else ":fancy_upsampling=0"
+    width, height, batch = options.hw_decoder_prealloc
+    hw = (
+        f"{common} nvjpeg_hw_decoder:preallocate_width_hint={width} "
+        f"nvjpeg_hw_decoder:preallocate_height_hint={height} nvjpeg_hw_decoder:preallocate_batch_size={batch}"
+    )
+    return common, hw
+
+
 class GpuDecoder:
-    """Staged batched nvImageCodec decoding (hardware, then CUDA/hybrid) on one GPU.
+    """Staged batched nvImageCodec decoding (hardware, then CUDA/hybrid) on one GPU, set up by ``options``.
 
     Throughput comes from keeping the hardware engines fed (an H100 has 7 NVJPG engines):
 
     * ``hw_decoders`` hardware decoder objects decode the JPEGs of a call in that many contiguous
       chunks at once, each on its own thread (one decoder object cannot overlap its own calls, and
       one call at a time leaves the engines idle while the host prepares the next);
-    * each decoder gets few host threads (``hw_threads``, ``cuda_threads``): nvImageCodec's default,
-      cores - 1 threads per decoder woken and joined on every call, costs more than it does with
-      several decoders and instances per GPU;
-    * the hardware decoders preallocate nvJPEG's buffers for ``prealloc`` = (width, height, batch)
-      instead of growing them under load.
+    * each decoder gets few host threads (``hw_decoder_threads``, ``cuda_decoder_threads``): nvImageCodec's
+      default, cores - 1 threads per decoder woken and joined on every call, costs more than it does
+      with several decoders and instances per GPU;
+    * the hardware decoders preallocate nvJPEG's buffers for ``hw_decoder_prealloc`` = (width, height,
+      batch) instead of growing them under load.
 
-    With ``streams="own"`` (the default) every decoder object decodes on a non-blocking CUDA stream
-    of its own, joined to the caller's ``stream`` by events before and after (see the module's
-    "Ordering"), so the chunks of a call really decode at once and the executor's kernel, launched on
-    the caller's stream, sees every image. ``streams="caller"`` decodes all chunks and stages on the
-    caller's stream (nvImageCodec orders its results on it), one after the other on the GPU.
+    Every decoder object decodes on a non-blocking CUDA stream of its own, joined to the caller's
+    ``stream`` by events before and after (see the module's "Ordering"), so the chunks of a call really
+    decode at once and the executor's kernel, launched on the caller's stream, sees every image.
     """
 
     def __init__(
         self,
         device_id: int,
         stream: Any,
+        options: DecoderOptions | None = None,
         *,
-        hw_decoder: bool = True,
-        fancy_upsampling: bool = True,
-        hw_decoders: int = 1,
-        hw_threads: int = 1,
-        cuda_threads: int = 2,
-        hw_share: float = 1.0,
-        prealloc: tuple[int, int, int] = (1024, 768, 64),
         min_chunk: int = 8,
-        streams: str = "own",
         keep_bytes: int | None = None,
     ) -> None:
-        if streams not in STREAM_MODES:
-            raise ValueError(f"streams must be one of {', '.join(STREAM_MODES)}; got {streams!r}")
+        options = options or DecoderOptions()
         nv = import_nvimgcodec()
         self.nv = nv
         self.stream = stream
         self.device_id = device_id
-        self.streams = streams
         self.min_chunk = max(1, min_chunk)
         #: the most bytes of decoded images kept for reuse per stage (None: only the count limits it)
         self.keep_bytes = keep_bytes
@@ -233,42 +220,49 @@ class GpuDecoder:
         with _OPEN_LOCK:
             _OPEN.add(self)
         #: recorded on the caller's stream when a call begins; every stage's stream waits for it
-        self._ready = self._new_event() if streams == "own" else None
-        common = ":fancy_upsampling=1" if fancy_upsampling else ":fancy_upsampling=0"
-        width, height, batch = prealloc
-        hw_options = (
-            f"{common} nvjpeg_hw_decoder:preallocate_width_hint={width} "
-            f"nvjpeg_hw_decoder:preallocate_height_hint={height} nvjpeg_hw_decoder:preallocate_batch_size={batch}"
-        )
-        for _ in range(hw_decoders if hw_decoder else 0):
-            try:
-                dec = _make_decoder(nv, device_id, (nv.BackendKind.HW_GPU_ONLY,), hw_options, hw_threads)
-            except RuntimeError as e:  # e.g. no hardware decoder on this GPU
-                log.info("nvImageCodec hardware decoder unavailable on GPU %d: %s", device_id, e)
-                break
-            self.hw.append(_Stage("gpu_hw", dec, *self._new_stream()))
-        try:
-            kinds = (nv.BackendKind.GPU_ONLY, nv.BackendKind.HYBRID_CPU_GPU)
-            dec = _make_decoder(nv, device_id, kinds, common, cuda_threads)
-        except RuntimeError as e:
-            log.info("nvImageCodec CUDA decoder unavailable on GPU %d: %s", device_id, e)
-        else:
-            self.cuda = _Stage("gpu_cuda", dec, *self._new_stream())
+        self._ready = self._new_event()
+        self.hw = self._hardware_stages(options)
+        self.cuda = self._cuda_stage(options)
         if not self.hw and self.cuda is None:
             self.close()
             raise RuntimeUnavailable(f"nvImageCodec could not create any GPU decoder on GPU {device_id}")
         self.params = nv.DecodeParams(apply_exif_orientation=True, color_spec=nv.ColorSpec.SRGB, allow_any_depth=False)
         parts = ([f"gpu_hw x{len(self.hw)}"] if self.hw else []) + (["gpu_cuda"] if self.cuda else [])
-        self.description = "nvImageCodec " + " -> ".join(parts)
-        self.description += " (own streams)" if streams == "own" else " (caller's stream)"
-        split = 0.0 < hw_share < 1.0 and self.hw and self.cuda is not None
-        self._hw_cut = int(hw_share * 1000) if split else None
+        self.description = "nvImageCodec " + " -> ".join(parts) + " (own streams)"
+        share = options.hw_decoder_share
+        split = 0.0 < share < 1.0 and self.hw and self.cuda is not None
+        self._hw_cut = int(share * 1000) if split else None
         if split:
-            self.description += f" (hardware share {hw_share:.2f}, concurrent)"
+            self.description += f" (hardware share {share:.2f}, concurrent)"
         workers = max(0, len(self.hw) - 1) + (1 if split else 0)
         self._pool = (
             ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tritonprep-nvjpeg") if workers else None
         )
+
+    def _hardware_stages(self, options: DecoderOptions) -> list[_Stage]:
+        """``hw_decoders`` hardware decoder objects (none without ``hw_decoder``, or on a GPU that has none)."""
+        nv = self.nv
+        stages: list[_Stage] = []
+        for _ in range(options.hw_decoders if options.hw_decoder else 0):
+            try:
+                kinds = (nv.BackendKind.HW_GPU_ONLY,)
+                dec = _make_decoder(nv, self.device_id, kinds, _decoder_options(options)[1], options.hw_decoder_threads)
+            except RuntimeError as e:  # e.g. no hardware decoder on this GPU
+                log.info("nvImageCodec hardware decoder unavailable on GPU %d: %s", self.device_id, e)
+                break
+            stages.append(_Stage("gpu_hw", dec, *self._new_stream()))
+        return stages
+
+    def _cuda_stage(self, options: DecoderOptions) -> _Stage | None:
+        """The nvJPEG CUDA / hybrid decoder object, or None where it cannot be created."""
+        nv = self.nv
+        try:
+            kinds = (nv.BackendKind.GPU_ONLY, nv.BackendKind.HYBRID_CPU_GPU)
+            dec = _make_decoder(nv, self.device_id, kinds, _decoder_options(options)[0], options.cuda_decoder_threads)
+        except RuntimeError as e:
+            log.info("nvImageCodec CUDA decoder unavailable on GPU %d: %s", self.device_id, e)
+            return None
+        return _Stage("gpu_cuda", dec, *self._new_stream())
 
     def _new_event(self) -> Any:
         """A CUDA event for ordering only (no timing) on this decoder's GPU."""
@@ -277,10 +271,7 @@ class GpuDecoder:
             return cp.cuda.Event(disable_timing=True)
 
     def _new_stream(self) -> tuple[Any, Any]:
-        """``(stream, done event)`` for a new stage: its own non-blocking stream, or ``(None, None)``
-        when every stage decodes on the caller's stream."""
-        if self.streams != "own":
-            return None, None
+        """``(stream, done event)`` for a new stage: its own non-blocking stream."""
         cp = import_cupy()
         with cp.cuda.Device(self.device_id):
             stream = cp.cuda.Stream(non_blocking=True)
@@ -328,8 +319,8 @@ class GpuDecoder:
 
         Call it when nothing reads them any more: after the stream that read them was synchronized,
         or before new work on the caller's stream, where the old reads were enqueued (the new decodes
-        are ordered after the old reads: on the caller's stream itself, or on a stage's own stream
-        that first waits for the caller's stream as it stands when :meth:`decode` begins).
+        are ordered after the old reads: a stage's stream first waits for the caller's stream as it
+        stands when :meth:`decode` begins).
         """
         for stage in self._stages():
             stage.release(self.keep_bytes)
@@ -355,18 +346,16 @@ class GpuDecoder:
         (their device buffers are resized only when too small), so steady traffic stops allocating
         and freeing device memory per image; the images of this call stay lent until the next release.
 
-        A stage with a stream of its own first waits for ``self._ready`` (recorded on the caller's
-        stream by :meth:`decode`), and afterwards, even when the decode raised, the caller's stream
-        waits for the stage's ``done`` event: nothing the stage enqueued is left outside the caller's
-        stream's order (a later synchronize of it covers the decode, whatever happened).
+        The stage's stream first waits for ``self._ready`` (recorded on the caller's stream by
+        :meth:`decode`), and afterwards, even when the decode raised, the caller's stream waits for the
+        stage's ``done`` event: nothing the stage enqueued is left outside the caller's stream's order
+        (a later synchronize of it covers the decode, whatever happened).
         """
         if not todo:
             return []
         codes = [self.nv.CodeStream(data[i]) for i in todo]
-        own = stage.stream
-        if own is not None:
-            own.wait_event(self._ready)
-        cuda_stream = self.stream.ptr if own is None else own.ptr
+        stage.stream.wait_event(self._ready)
+        cuda_stream = stage.stream.ptr
         try:
             if len(stage.free) >= len(todo):
                 reuse = stage.free[: len(todo)]
@@ -377,9 +366,8 @@ class GpuDecoder:
                 images = stage.decoder.decode(codes, params=self.params, cuda_stream=cuda_stream)
                 stage.lent.extend(img for img in images if img is not None)
         finally:
-            if own is not None:
-                stage.done.record(own)
-                self.stream.wait_event(stage.done)
+            stage.done.record(stage.stream)
+            self.stream.wait_event(stage.done)
         left = []
         for i, img in zip(todo, images):
             results[i] = self._wrap(img, stage.path)
@@ -411,14 +399,12 @@ class GpuDecoder:
 
         ``hardware[i]`` says whether image ``i`` may go to the hardware stage (JPEGs); the others (JPEG
         2000, TIFF) go straight to the second stage. The images are ready for work enqueued on the caller's
-        stream after this returns (with ``streams="own"`` the caller's stream has been made to wait for
-        every stage that ran).
+        stream after this returns (the caller's stream has been made to wait for every stage that ran).
         """
         if self._closed:
             raise RuntimeUnavailable("the GPU decoders are closed (the model is being unloaded)")
         results: list[DecodedImage | None] = [None] * len(data)
-        if self._ready is not None:  # before any stage starts: they all wait for what precedes this call
-            self._ready.record(self.stream)
+        self._ready.record(self.stream)  # before any stage starts: they all wait for what precedes this call
         todo = [i for i in range(len(data)) if hardware is None or hardware[i]]
         direct = [i for i in range(len(data)) if hardware is not None and not hardware[i]]
         side = None

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 from ..errors import ImageError
-from ..spec import PreprocessConfig, PreprocessSpec
+from ..spec import OutputSpec, PreprocessConfig
 
 #: ``{image output name: indices of the images it is computed for, in row order}``
 Wanted = Mapping[str, Sequence[int]]
@@ -51,8 +51,9 @@ class BatchResult:
         return next(iter(self.outputs.values()))
 
 
-def as_config(spec: PreprocessSpec | PreprocessConfig) -> PreprocessConfig:
-    """A config for an executor built from a single spec (its one output named ``PIXELS``) or a config."""
+def as_config(spec: OutputSpec | PreprocessConfig) -> PreprocessConfig:
+    """A config for an executor built from a single output spec (its one output named ``PIXELS``, the model-wide
+    options at their defaults) or a config."""
     return spec if isinstance(spec, PreprocessConfig) else PreprocessConfig.single(spec)
 
 

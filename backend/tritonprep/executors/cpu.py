@@ -19,7 +19,7 @@ from PIL import Image
 from ..decode.pillow import decode_pil
 from ..errors import ImageError
 from ..geometry import check_resizable, plan_resize, window_only
-from ..spec import PreprocessConfig, PreprocessSpec
+from ..spec import Limits, OutputSpec, PreprocessConfig
 from .base import BatchResult, ImageInfo, Wanted, as_config, resolve_wanted
 from .opencv import import_cv2, resize_cv2
 
@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 PIL_FILTERS = {"bilinear": Image.Resampling.BILINEAR, "bicubic": Image.Resampling.BICUBIC}
 
 
-def normalize_window(spec: PreprocessSpec, resized: np.ndarray, offset_x: int, offset_y: int) -> np.ndarray:
+def normalize_window(spec: OutputSpec, resized: np.ndarray, offset_x: int, offset_y: int) -> np.ndarray:
     """Cut the output window out of a resized ``(h, w, 3)`` uint8 image, pad, normalize, lay out.
 
     This is the CPU definition of the output; the GPU kernel computes the same thing.
@@ -48,13 +48,14 @@ def normalize_window(spec: PreprocessSpec, resized: np.ndarray, offset_x: int, o
     return scaled.astype(spec.numpy_dtype, copy=False)
 
 
-def resize_pil(spec: PreprocessSpec, im: Image.Image) -> tuple[np.ndarray, int, int]:
-    """Resize an RGB Pillow image per ``spec``; return the pixels and the window offsets."""
+def resize_pil(spec: OutputSpec, im: Image.Image, max_pixels: int = Limits.max_pixels) -> tuple[np.ndarray, int, int]:
+    """Resize an RGB Pillow image per ``spec``; return the pixels and the window offsets (``max_pixels``: the
+    model's limit, above which a full resize is avoided: see :func:`~tritonprep.geometry.window_only`)."""
     plan = plan_resize(spec, im.width, im.height)
     out_w, out_h = spec.output_width, spec.output_height
     if (plan.resized_w, plan.resized_h) == (im.width, im.height):
         return np.asarray(im), plan.offset_x, plan.offset_y
-    if window_only(spec, plan):
+    if window_only(spec, plan, max_pixels):
         # Resize only the output window: Pillow's `box` uses the same centres and
         # filter support, though float rounding moves some values by a few levels, which
         # is why ordinary images take the exact resize-then-crop path below.
@@ -70,35 +71,35 @@ class CpuExecutor:
 
     name = "cpu"
 
-    def __init__(self, spec: PreprocessSpec | PreprocessConfig) -> None:
+    def __init__(self, spec: OutputSpec | PreprocessConfig) -> None:
         self.config = as_config(spec)
-        #: the settings all outputs share: decoding, threads, limits
-        self.spec = self.config.shared
         self._cv2 = import_cv2() if any(s.interpolation == "cv2_linear" for _, s in self.config.outputs) else None
-        self._pool = ThreadPoolExecutor(max_workers=self.spec.resolved_cpu_threads, thread_name_prefix="tritonprep-cpu")
+        threads = self.config.resolved_cpu_threads
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tritonprep-cpu")
 
     def describe(self) -> str:
         """One line for the log."""
         outputs = ", ".join(f"{name} ({s.interpolation})" for name, s in self.config.outputs)
-        return f"CPU executor: Pillow decode, resize to {outputs}; {self.spec.resolved_cpu_threads} threads"
+        return f"CPU executor: Pillow decode, resize to {outputs}; {self.config.resolved_cpu_threads} threads"
 
-    def _one(self, data: bytes, targets: list[tuple[PreprocessSpec, np.ndarray]]) -> tuple[Any, float]:
+    def _one(self, data: bytes, targets: list[tuple[OutputSpec, np.ndarray]]) -> tuple[Any, float]:
         """Decode one image once and write each wanted output's slot; ``(ImageInfo or ImageError, decode seconds)``."""
         t0 = time.perf_counter()
         try:
-            im = decode_pil(data, self.spec.limits)
+            im = decode_pil(data, self.config.limits)
             for _, spec in self.config.outputs:  # the same check as the GPU executor's, on every output
                 check_resizable(spec, im.width, im.height)
         except ImageError as e:
             return e, time.perf_counter() - t0
         decode_s = time.perf_counter() - t0
         array = None
+        max_pixels = self.config.limits.max_pixels
         for spec, slot in targets:
             if spec.interpolation == "cv2_linear":
                 array = np.asarray(im) if array is None else array
-                pixels, ox, oy = resize_cv2(spec, array, self._cv2)
+                pixels, ox, oy = resize_cv2(spec, array, self._cv2, max_pixels)
             else:
-                pixels, ox, oy = resize_pil(spec, im)
+                pixels, ox, oy = resize_pil(spec, im, max_pixels)
             slot[...] = normalize_window(spec, pixels, ox, oy)
         return ImageInfo(im.width, im.height, "cpu"), decode_s
 
@@ -111,7 +112,7 @@ class CpuExecutor:
             name: np.empty((len(idx),) + specs[name].output_shape, specs[name].numpy_dtype)
             for name, idx in rows.items()
         }
-        targets: list[list[tuple[PreprocessSpec, np.ndarray]]] = [[] for _ in images]
+        targets: list[list[tuple[OutputSpec, np.ndarray]]] = [[] for _ in images]
         for name, idx in rows.items():
             for row, i in enumerate(idx):
                 targets[i].append((specs[name], outputs[name][row]))

@@ -7,8 +7,13 @@ pool and uploaded in one copy; then, for each image output of the config, one ke
 resizes, crops or letterboxes, normalizes and lays out the images that output is wanted for
 into its batch, which stays on the GPU and leaves the model through DLPack. Each image is
 decoded once, however many outputs read it. All GPU work is ordered on this instance's own CUDA stream
-(the decoder objects decode on streams of their own, joined to it by events: hw_decoder_streams),
-synchronized once at the end, because Triton reads the outputs right after ``execute``.
+(the decoder objects decode on streams of their own, joined to it by events), synchronized once at
+the end, because Triton reads the outputs right after ``execute``. A sticky CUDA error on the way
+raises :class:`~tritonprep.errors.InstanceFailed` (:func:`tritonprep.cuda.cuda_fault_guard`).
+
+JPEG 2000 and TIFF files whose header says the GPU decodes them as Pillow does go to nvImageCodec too
+(its nvJPEG2000 and nvTIFF decoders); the rest, and whatever the GPU declines, to Pillow. Decode
+failures are logged counted, at most once a minute per kind (:mod:`tritonprep.decode.failures`).
 
 With a ``gpu_memory_mb`` budget (:mod:`tritonprep.memory`) the executor caps CuPy's memory pool to
 it, less the CUDA context and the hardware decoders' preallocated buffers, and the decoded images
@@ -24,20 +29,22 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from .. import cache
+from ..cuda import cuda_fault_guard, import_cupy
 from ..decode import ImageHeader, validate
 from ..decode.failures import FailureLog
-from ..decode.nvimgcodec import DecodedImage, GpuDecoder, import_cupy
+from ..decode.nvimgcodec import DecodedImage, GpuDecoder
 from ..decode.pillow import decode_rgb
-from ..errors import STICKY_CUDA_ERRORS, ImageError, InstanceFailed, ResourceExhausted, RuntimeUnavailable
+from ..errors import ImageError, ResourceExhausted, RuntimeUnavailable
 from ..geometry import check_resizable, plan_resize
 from ..kernels.layout import ImageMeta, pack
 from ..memory import CUDA_CONTEXT_MB, instance_budget_mb, working_mb
-from ..spec import PreprocessConfig, PreprocessSpec
+from ..spec import OutputSpec, PreprocessConfig
 from .base import BatchResult, ImageInfo, Wanted, as_config, resolve_wanted
 
 log = logging.getLogger(__name__)
@@ -48,19 +55,32 @@ STAGING_KEEP_BYTES = 64 << 20
 HW_PREALLOC_BYTES_PER_PIXEL = 3
 
 
-def pool_limit_mb(spec: PreprocessSpec) -> int | None:
-    """The CuPy pool cap of an instance of ``spec`` (None: no ``gpu_memory_mb``): its budget less the CUDA
+def pool_limit_mb(config: PreprocessConfig) -> int | None:
+    """The CuPy pool cap of an instance of ``config`` (None: no ``gpu_memory_mb``): its budget less the CUDA
     context and the hardware decoders' preallocated buffers."""
-    budget = instance_budget_mb(spec.gpu_memory_mb)
+    budget = instance_budget_mb(config.gpu_memory_mb)
     if budget is None:
         return None
-    decoders = spec.hw_decoders if spec.gpu_decoder == "nvimgcodec" and spec.hw_decoder else 0
-    pixels = spec.hw_prealloc_width * spec.hw_prealloc_height * spec.hw_prealloc_batch
-    decoders_mb = -(-decoders * pixels * HW_PREALLOC_BYTES_PER_PIXEL // 2**20)
+    d = config.decoding
+    decoders = d.hw_decoders if d.gpu_decoder == "nvimgcodec" and d.hw_decoder else 0
+    width, height, batch = d.hw_decoder_prealloc
+    decoders_mb = -(-decoders * width * height * batch * HW_PREALLOC_BYTES_PER_PIXEL // 2**20)
     return working_mb(budget, CUDA_CONTEXT_MB + decoders_mb, "preprocessing batches")
 
 
-def resize_into(spec: PreprocessSpec, sources: Mapping[int, tuple[int, int, int, int]], out: Any, stream: Any) -> None:
+@dataclass
+class _Decoded:
+    """What the decoding of one call produced: where each decoded image lies on the GPU, and how it got there."""
+
+    #: ``{image index: (device pointer, width, height, row pitch)}`` of an upright RGB uint8 image
+    sources: dict[int, tuple[int, int, int, int]] = field(default_factory=dict)
+    infos: dict[int, ImageInfo] = field(default_factory=dict)
+    #: decoded images and upload buffers: released only after the kernels have read them
+    keep_alive: list[Any] = field(default_factory=list)
+    decoded_by: dict[str, int] = field(default_factory=lambda: {"gpu_hw": 0, "gpu_cuda": 0, "cpu_fallback": 0})
+
+
+def resize_into(spec: OutputSpec, sources: Mapping[int, tuple[int, int, int, int]], out: Any, stream: Any) -> None:
     """Run the kernel for ``spec`` over decoded images: ``sources[slot] = (device pointer, width, height,
     row pitch)`` of an upright RGB uint8 image whose output goes to ``out[slot]``; one launch on ``stream``."""
     from ..kernels import launch
@@ -90,18 +110,16 @@ class GpuExecutor:
 
     name = "gpu"
 
-    def __init__(self, spec: PreprocessSpec | PreprocessConfig, device_id: int = 0) -> None:
+    def __init__(self, spec: OutputSpec | PreprocessConfig, device_id: int = 0) -> None:
         t0 = time.perf_counter()
         #: seconds of each start-up phase (imports, cuda_context, decoders, warm_up), for the instance report
         self.timings: dict[str, float] = {}
         cache.use_for_cupy()  # before the first kernel is compiled: a later start loads it from the cache
         cp = import_cupy()
         self.cp = cp
-        self.config = as_config(spec)
-        #: the settings all outputs share: decoding, threads, limits
-        self.spec = spec = self.config.shared
+        self.config = config = as_config(spec)
         #: the CuPy pool's cap, MiB (None: no gpu_memory_mb)
-        self.pool_limit_mb = pool_limit_mb(spec)
+        self.pool_limit_mb = pool_limit_mb(config)
         self.failures = FailureLog(log, f"GPU executor on device {device_id}")
         self.timings["imports"] = time.perf_counter() - t0
         t0 = time.perf_counter()
@@ -120,25 +138,15 @@ class GpuExecutor:
         self.timings["cuda_context"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         self.decoder: GpuDecoder | None = None
-        if spec.gpu_decoder == "nvimgcodec":
+        if config.decoding.gpu_decoder == "nvimgcodec":
             try:
-                self.decoder = GpuDecoder(
-                    device_id,
-                    self.stream,
-                    hw_decoder=spec.hw_decoder,
-                    fancy_upsampling=spec.fancy_upsampling,
-                    hw_decoders=spec.hw_decoders,
-                    hw_threads=spec.hw_decoder_threads,
-                    streams=spec.hw_decoder_streams,
-                    cuda_threads=spec.cuda_decoder_threads,
-                    hw_share=spec.hw_decoder_share,
-                    prealloc=(spec.hw_prealloc_width, spec.hw_prealloc_height, spec.hw_prealloc_batch),
-                    keep_bytes=None if self.pool_limit_mb is None else (self.pool_limit_mb << 20) // 4,
-                )
+                keep = None if self.pool_limit_mb is None else (self.pool_limit_mb << 20) // 4
+                self.decoder = GpuDecoder(device_id, self.stream, config.decoding, keep_bytes=keep)
             except RuntimeUnavailable as e:
                 log.warning("GPU %d: %s; decoding with Pillow, preprocessing on the GPU", device_id, e)
         self.timings["decoders"] = time.perf_counter() - t0
-        self._pool = ThreadPoolExecutor(max_workers=spec.resolved_cpu_threads, thread_name_prefix="tritonprep-gpu-cpu")
+        threads = config.resolved_cpu_threads
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tritonprep-gpu-cpu")
         self._pinned: Any = None
         self._in_flight_staging: Any = None
         self._closed = False
@@ -209,7 +217,7 @@ class GpuExecutor:
         return jpeg.components in (1, 3) and jpeg.orientation is not None
 
     def _gpu_decode(self, data: list[bytes], hardware: list[bool]) -> list[DecodedImage | None]:
-        """Batch decode (``hardware``: JPEGs, which may go to the hardware decoder); if the decoder fails the
+        """Batch decode (``hardware``: the JPEGs, which may go to the hardware decoder); if the decoder fails the
         whole batch, bisect to isolate the culprits."""
         assert self.decoder is not None
         try:
@@ -224,7 +232,7 @@ class GpuExecutor:
 
     def _cpu_decode(self, data: bytes, header: ImageHeader) -> np.ndarray | ImageError:
         try:
-            return decode_rgb(data, self.spec.limits, header)
+            return decode_rgb(data, self.config.limits, header)
         except ImageError as e:
             return e
 
@@ -250,26 +258,22 @@ class GpuExecutor:
         context is poisoned: every later call would fail too), so that the instance is taken
         out of service and restarted instead of failing every request silently.
         """
-        cp = self.cp
-        try:
+        rows = resolve_wanted(self.config, len(images), wanted)
+        oom = self.cp.cuda.memory.OutOfMemoryError
+        with cuda_fault_guard(self.device.id, "the GPU executor", probe=self.check_context):
             try:
-                return self._run(images, resolve_wanted(self.config, len(images), wanted))
-            except cp.cuda.memory.OutOfMemoryError:
-                self._release_pools()  # what the pool caches in blocks of the wrong sizes: once more with it freed
-                return self._run(images, resolve_wanted(self.config, len(images), wanted))
-        except cp.cuda.memory.OutOfMemoryError as e:
-            self._release_pools()
-            raise ResourceExhausted(
-                f"{len(images)} image(s) do not fit in this instance's GPU memory "
-                + (f"(gpu_memory_mb caps its CuPy pool at {self.pool_limit_mb} MiB)" if self.pool_limit_mb else "")
-                + f": {e}; send fewer or smaller images per request, or raise gpu_memory_mb"
-            ) from None
-        except (cp.cuda.runtime.CUDARuntimeError, cp.cuda.driver.CUDADriverError) as e:
-            if getattr(e, "status", None) in STICKY_CUDA_ERRORS:
-                raise InstanceFailed(
-                    f"CUDA error on GPU {self.device.id}: {e}; this process's CUDA context is unusable"
+                try:
+                    return self._run(images, rows)
+                except oom:
+                    self._release_pools()  # what the pool caches in blocks of other sizes: once more with it freed
+                    return self._run(images, rows)
+            except oom as e:
+                self._release_pools()
+                raise ResourceExhausted(
+                    f"{len(images)} image(s) do not fit in this instance's GPU memory"
+                    + (f" (gpu_memory_mb caps its CuPy pool at {self.pool_limit_mb} MiB)" if self.pool_limit_mb else "")
+                    + f": {e}; send fewer or smaller images per request, or raise gpu_memory_mb"
                 ) from None
-            raise
 
     def check_context(self) -> None:
         """Raise CuPy's CUDA error if this process's context holds a sticky error."""
@@ -281,80 +285,107 @@ class GpuExecutor:
 
     def _run(self, images: Sequence[bytes], wanted: dict[str, list[int]]) -> BatchResult:
         t0 = time.perf_counter()
-        cp, spec = self.cp, self.spec
         if self.decoder is not None:  # the last call's images: read by work that precedes ours on this stream
             self.decoder.release()
+        errors, headers, gpu_idx, cpu_idx = self._check(images)
+        decoded = _Decoded()
+        with self.device, self.stream:
+            cpu_idx += self._decode_on_gpu(images, gpu_idx, decoded, headers)
+            t_decode_gpu = time.perf_counter()
+            errors.update(self._decode_on_cpu(images, headers, cpu_idx, decoded))
+            for e in errors.values():
+                self.failures.count(e.reason, example=str(e))
+            t_decode = time.perf_counter()
+            outputs = self._launch(wanted, decoded.sources)
+            self.stream.synchronize()
+        decoded.keep_alive.clear()  # decoded images are released only after the kernel has read them
+        self._drop_staging()
+        t1 = time.perf_counter()
+        return BatchResult(
+            outputs,
+            errors,
+            {k: v for k, v in decoded.decoded_by.items() if v},
+            timings={"decode_gpu_s": t_decode_gpu - t0, "decode_s": t_decode - t0, "total_s": t1 - t0},
+            images=decoded.infos,
+        )
+
+    def _check(
+        self, images: Sequence[bytes]
+    ) -> tuple[dict[int, ImageError], dict[int, ImageHeader], list[int], list[int]]:
+        """Every image's header against the limits, before anything is decoded: ``(errors, headers, indices for the
+        GPU decoder, indices for Pillow)``."""
         errors: dict[int, ImageError] = {}
         headers: dict[int, ImageHeader] = {}
         gpu_idx: list[int] = []
         cpu_idx: list[int] = []
         for i, data in enumerate(images):
             try:
-                headers[i] = validate(data, spec.limits)
+                headers[i] = validate(data, self.config.limits)
                 for _, out_spec in self.config.outputs:  # before anything is decoded: see check_resizable
                     check_resizable(out_spec, headers[i].width, headers[i].height)
             except ImageError as e:
                 errors[i] = e
                 continue
             (gpu_idx if self.decoder is not None and self._gpu_decodable(headers[i]) else cpu_idx).append(i)
+        return errors, headers, gpu_idx, cpu_idx
 
-        sources: dict[int, tuple[int, int, int, int]] = {}
-        infos: dict[int, ImageInfo] = {}
-        keep_alive: list[Any] = []
-        decoded_by = {"gpu_hw": 0, "gpu_cuda": 0, "cpu_fallback": 0}
-        with self.device, self.stream:
-            if gpu_idx:
-                hardware = [headers[i].format == "JPEG" for i in gpu_idx]
-                for i, img in zip(gpu_idx, self._gpu_decode([images[i] for i in gpu_idx], hardware)):
-                    if img is None:
-                        self.failures.count("gpu_fallback", example=f"a {headers[i].format} the GPU declined")
-                        cpu_idx.append(i)
-                    else:
-                        sources[i] = (img.ptr, img.width, img.height, img.pitch)
-                        infos[i] = ImageInfo(img.width, img.height, img.path)
-                        keep_alive.append(img.owner)
-                        decoded_by[img.path] += 1
-            t_decode_gpu = time.perf_counter()
-            if cpu_idx:
-                decoded = list(
-                    self._pool.map(self._cpu_decode, [images[i] for i in cpu_idx], [headers[i] for i in cpu_idx])
-                )
-                host = [(i, a) for i, a in zip(cpu_idx, decoded) if isinstance(a, np.ndarray)]
-                errors.update({i: a for i, a in zip(cpu_idx, decoded) if isinstance(a, ImageError)})
-            for e in errors.values():
-                self.failures.count(e.reason, example=str(e))
-                if host:
-                    buf, offsets = self._upload([a for _, a in host])
-                    keep_alive.append(buf)
-                    for (i, a), off in zip(host, offsets):
-                        sources[i] = (buf.data.ptr + off, a.shape[1], a.shape[0], a.shape[1] * 3)
-                        infos[i] = ImageInfo(a.shape[1], a.shape[0], "cpu_fallback")
-                    decoded_by["cpu_fallback"] += len(host)
-            t_decode = time.perf_counter()
-            outputs = {}
-            specs = self.config.specs
-            for name, rows in wanted.items():  # one launch per output, over the images it is wanted for
-                out_spec, n = specs[name], len(rows)
-                # allocate in steps of 16 images: a handful of sizes recur, so CuPy's pool reuses them
-                # instead of caching a block of every batch size ever seen
-                shape = (-(-max(n, 1) // 16) * 16,) + out_spec.output_shape
-                outputs[name] = cp.empty(shape, dtype=out_spec.numpy_dtype)[:n]
-                rows_in = {row: sources[i] for row, i in enumerate(rows) if i in sources}
-                resize_into(out_spec, rows_in, outputs[name], self.stream)
-            self.stream.synchronize()
-        del keep_alive  # decoded images are released only after the kernel has read them
+    def _decode_on_gpu(
+        self, images: Sequence[bytes], gpu_idx: list[int], decoded: _Decoded, headers: Mapping[int, ImageHeader]
+    ) -> list[int]:
+        """Decode ``gpu_idx`` with nvImageCodec into ``decoded``; return the indices it left to Pillow."""
+        left: list[int] = []
+        if not gpu_idx:
+            return left
+        hardware = [headers[i].format == "JPEG" for i in gpu_idx]
+        for i, img in zip(gpu_idx, self._gpu_decode([images[i] for i in gpu_idx], hardware)):
+            if img is None:
+                self.failures.count("gpu_fallback", example=f"a {headers[i].format} the GPU declined")
+                left.append(i)
+                continue
+            decoded.sources[i] = (img.ptr, img.width, img.height, img.pitch)
+            decoded.infos[i] = ImageInfo(img.width, img.height, img.path)
+            decoded.keep_alive.append(img.owner)
+            decoded.decoded_by[img.path] += 1
+        return left
+
+    def _decode_on_cpu(
+        self, images: Sequence[bytes], headers: Mapping[int, ImageHeader], cpu_idx: list[int], decoded: _Decoded
+    ) -> dict[int, ImageError]:
+        """Decode ``cpu_idx`` with Pillow on the thread pool and upload them in one copy; return their errors."""
+        if not cpu_idx:
+            return {}
+        arrays = list(self._pool.map(self._cpu_decode, [images[i] for i in cpu_idx], [headers[i] for i in cpu_idx]))
+        host = [(i, a) for i, a in zip(cpu_idx, arrays) if isinstance(a, np.ndarray)]
+        if host:
+            buf, offsets = self._upload([a for _, a in host])
+            decoded.keep_alive.append(buf)
+            for (i, a), off in zip(host, offsets):
+                decoded.sources[i] = (buf.data.ptr + off, a.shape[1], a.shape[0], a.shape[1] * 3)
+                decoded.infos[i] = ImageInfo(a.shape[1], a.shape[0], "cpu_fallback")
+            decoded.decoded_by["cpu_fallback"] += len(host)
+        return {i: a for i, a in zip(cpu_idx, arrays) if isinstance(a, ImageError)}
+
+    def _launch(self, wanted: Mapping[str, list[int]], sources: Mapping[int, tuple[int, int, int, int]]) -> dict:
+        """One kernel launch per wanted output, over the images it is wanted for (a failed image's row stays
+        unwritten); returns the output batches."""
+        outputs = {}
+        specs = self.config.specs
+        for name, rows in wanted.items():
+            out_spec, n = specs[name], len(rows)
+            # allocate in steps of 16 images: a handful of sizes recur, so CuPy's pool reuses them
+            # instead of caching a block of every batch size ever seen
+            shape = (-(-max(n, 1) // 16) * 16,) + out_spec.output_shape
+            outputs[name] = self.cp.empty(shape, dtype=out_spec.numpy_dtype)[:n]
+            rows_in = {row: sources[i] for row, i in enumerate(rows) if i in sources}
+            resize_into(out_spec, rows_in, outputs[name], self.stream)
+        return outputs
+
+    def _drop_staging(self) -> None:
+        """After the stream synchronized: forget the upload's source, and hand an oversized one's memory back."""
         temporary = self._in_flight_staging is not None and self._in_flight_staging is not self._pinned
         self._in_flight_staging = None
         if temporary:  # an oversized upload's own buffer: hand it back now
             self._release_pinned()
-        t1 = time.perf_counter()
-        return BatchResult(
-            outputs,
-            errors,
-            {k: v for k, v in decoded_by.items() if v},
-            timings={"decode_gpu_s": t_decode_gpu - t0, "decode_s": t_decode - t0, "total_s": t1 - t0},
-            images=infos,
-        )
 
     def _release_pools(self) -> None:
         """Hand the cached blocks of CuPy's device and pinned pools back to the driver."""
@@ -373,9 +404,10 @@ class GpuExecutor:
             return
         self._closed = True
         t0 = time.perf_counter()
+        cuda_errors = (self.cp.cuda.runtime.CUDARuntimeError, self.cp.cuda.driver.CUDADriverError)
         try:
             self.stream.synchronize()
-        except (self.cp.cuda.runtime.CUDARuntimeError, self.cp.cuda.driver.CUDADriverError) as e:
+        except cuda_errors as e:
             log.info("closing the GPU executor after a CUDA error (%s): releasing what can be released", e)
         finally:  # a poisoned context raises above: the threads are stopped all the same
             if self.decoder is not None:
@@ -386,7 +418,7 @@ class GpuExecutor:
             self._pinned = self._in_flight_staging = None
             try:
                 self._release_pools()
-            except (self.cp.cuda.runtime.CUDARuntimeError, self.cp.cuda.driver.CUDADriverError) as e:
+            except cuda_errors as e:
                 log.info("releasing the CuPy pools: %s", e)
             log.info("GPU executor on device %d: released in %.2f s", self.device.id, time.perf_counter() - t0)
             self.stream = None

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import RuntimeUnavailable
 from ..geometry import ResizePlan, plan_resize, window_only
-from ..spec import PreprocessSpec
+from ..spec import Limits, OutputSpec
 
 COEF_SCALE = 2048  # OpenCV's INTER_RESIZE_COEF_SCALE (11 fractional bits)
 
@@ -77,15 +77,17 @@ def linear_window(src: np.ndarray, plan: ResizePlan, out_w: int, out_h: int) -> 
     return np.clip((v + 2) >> 2, 0, 255).astype(np.uint8)
 
 
-def resize_cv2(spec: PreprocessSpec, src: np.ndarray, cv2: Any) -> tuple[np.ndarray, int, int]:
+def resize_cv2(
+    spec: OutputSpec, src: np.ndarray, cv2: Any, max_pixels: int = Limits.max_pixels
+) -> tuple[np.ndarray, int, int]:
     """Resize an upright RGB ``(h, w, 3)`` uint8 array per ``spec`` with OpenCV; return the pixels and the
-    window offsets (like :func:`tritonprep.executors.cpu.resize_pil`)."""
+    window offsets (like :func:`tritonprep.executors.cpu.resize_pil`; ``max_pixels`` is the model's limit)."""
     h, w = src.shape[:2]
     plan = plan_resize(spec, w, h)
     out_w, out_h = spec.output_width, spec.output_height
     if (plan.resized_w, plan.resized_h) == (w, h):
         return src, plan.offset_x, plan.offset_y
-    if window_only(spec, plan):
+    if window_only(spec, plan, max_pixels):
         return linear_window(src, plan, out_w, out_h), 0, 0
     return (
         cv2.resize(src, (plan.resized_w, plan.resized_h), interpolation=cv2.INTER_LINEAR),

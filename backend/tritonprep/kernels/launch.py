@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from importlib import resources
 
-import cupy
 import numpy as np
 
+from ..cuda import import_cupy
 from .layout import META_FIELDS, cuda_defines
+
+cupy = import_cupy()
 
 BLOCK = 256
 #: the resize filters the kernel implements (a -D flag each, or none for the default): Pillow's antialiased

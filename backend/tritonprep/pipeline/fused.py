@@ -91,7 +91,7 @@ class FusedClassifyModel:
             prep_params[PARAMETER] = str(prep_budget)
             options = RuntimeOptions.from_parameters({**net_params, PARAMETER: str(budget)}, max_batch)
         prep_config = PreprocessConfig.from_parameters(prep_params, [PIXELS])
-        spec = prep_config.shared
+        spec = prep_config.spec(PIXELS)
         if spec.layout != "NCHW" or spec.dtype != "FP32":
             raise ConfigError(
                 f"the network takes FP32 NCHW input; the preprocess parameters give {spec.dtype} {spec.layout}"

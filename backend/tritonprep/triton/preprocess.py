@@ -109,7 +109,7 @@ class PreprocessStage:
             args["model_instance_kind"],
             args["model_instance_device_id"],
             executor.describe(),
-            config.shared.limits,
+            config.limits,
         )
 
     @contextmanager
@@ -125,7 +125,7 @@ class PreprocessStage:
     def read(self, request: Any, wanted: frozenset[str] | None = None) -> RequestImages:
         """A request's images and the outputs it asked for (or ``wanted``, when the model decides)."""
         images = bytes_input(request, self.input_name)
-        limit = self.config.shared.limits.max_images_per_request
+        limit = self.config.limits.max_images_per_request
         if len(images) > limit:
             raise LimitExceeded(f"request carries {len(images)} images, over the limit max_images_per_request={limit}")
         if not images:

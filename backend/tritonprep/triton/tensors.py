@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ..cuda import import_cupy
 from ..errors import RequestError
 from .pb import pb_utils
 
@@ -25,9 +26,7 @@ def input_array(request: Any, name: str) -> Any:
         raise RequestError(f"request has no input named {name!r}")
     if tensor.is_cpu():
         return np.from_dlpack(tensor)
-    import cupy
-
-    return cupy.from_dlpack(tensor)
+    return import_cupy().from_dlpack(tensor)
 
 
 def bytes_input(request: Any, name: str) -> list[bytes]:
@@ -95,8 +94,7 @@ def concat(arrays: Sequence[Any]) -> Any:
     if len(arrays) == 1:
         return arrays[0]
     if any(type(a).__module__.startswith("cupy") for a in arrays):
-        import cupy
-
+        cupy = import_cupy()
         return cupy.concatenate([cupy.asarray(a) for a in arrays])
     return np.concatenate(arrays)
 

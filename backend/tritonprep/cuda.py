@@ -1,0 +1,119 @@
+"""CUDA in one place: CuPy's import with its install hint, and the guard against sticky CUDA errors.
+
+Some CUDA errors poison the process's CUDA context for good (an illegal address, a device-side
+assert, a launch failure: :data:`STICKY_CUDA_ERRORS`): every later call on that context fails too,
+so retrying the batch, or the next request, cannot help, and the instance must be restarted. Every
+GPU path (the GPU executor, ONNX Runtime's CUDA runtime, the TensorRT runtime, the embedder's cast)
+runs its work under :func:`cuda_fault_guard`, which turns such an error into
+:class:`~tritonprep.errors.InstanceFailed` naming the CUDA error; the Triton layer then takes the
+instance out of service and the launcher restarts the server. Any other error passes through
+unchanged (the batch is retried request by request).
+
+An error is recognised as sticky (:func:`sticky_error`) from what each library reports:
+
+* CuPy's ``CUDARuntimeError`` and ``CUDADriverError``: their ``status`` (``cudaErrorIllegalAddress:
+  an illegal memory access was encountered``, status 700);
+* ONNX Runtime's CUDA provider: its message's ``CUDA failure 700: ...``;
+* anything else whose message names the error (``cudaErrorIllegalAddress``, ``CUDA_ERROR_ILLEGAL_ADDRESS``).
+
+A library that reports failure without saying why (TensorRT's ``execute_async_v3`` returns False,
+nvImageCodec raises a plain ``RuntimeError``) is judged by the guard's ``probe``, typically a
+synchronize of the instance's stream, which raises CuPy's error if the context is poisoned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from .errors import InstanceFailed, RuntimeUnavailable
+
+#: what to install for the GPU paths (CuPy, nvImageCodec, and ONNX Runtime's GPU build with the server extra)
+GPU_EXTRA_HINT = "pip install 'tritonprep[gpu-cu13]' (or gpu-cu12 for CUDA 12)"
+
+#: CUDA errors after which the context is unusable for the life of the process, by status (the same
+#: numbers for the runtime and the driver API): (runtime API name, driver API name)
+STICKY_CUDA_ERRORS: dict[int, tuple[str, str]] = {
+    700: ("cudaErrorIllegalAddress", "CUDA_ERROR_ILLEGAL_ADDRESS"),
+    702: ("cudaErrorLaunchTimeout", "CUDA_ERROR_LAUNCH_TIMEOUT"),
+    709: ("cudaErrorContextIsDestroyed", "CUDA_ERROR_CONTEXT_IS_DESTROYED"),
+    710: ("cudaErrorAssert", "CUDA_ERROR_ASSERT"),
+    714: ("cudaErrorHardwareStackError", "CUDA_ERROR_HARDWARE_STACK_ERROR"),
+    715: ("cudaErrorIllegalInstruction", "CUDA_ERROR_ILLEGAL_INSTRUCTION"),
+    716: ("cudaErrorMisalignedAddress", "CUDA_ERROR_MISALIGNED_ADDRESS"),
+    717: ("cudaErrorInvalidAddressSpace", "CUDA_ERROR_INVALID_ADDRESS_SPACE"),
+    718: ("cudaErrorInvalidPc", "CUDA_ERROR_INVALID_PC"),
+    719: ("cudaErrorLaunchFailure", "CUDA_ERROR_LAUNCH_FAILED"),
+    999: ("cudaErrorUnknown", "CUDA_ERROR_UNKNOWN"),
+}
+_BY_NAME = {name: status for status, names in STICKY_CUDA_ERRORS.items() for name in names}
+#: ONNX Runtime's CUDA provider words a failed CUDA call ``CUDA failure <status>: <description> ; GPU=...``
+_ORT_FAILURE = re.compile(r"\bCUDA failure (\d+)\b")
+_NAMES = re.compile(r"\b(" + "|".join(sorted(_BY_NAME, key=len, reverse=True)) + r")\b")
+#: the CuPy exception types that carry a CUDA status
+_CUPY_ERRORS = ("CUDARuntimeError", "CUDADriverError")
+
+
+def import_cupy() -> Any:
+    """CuPy, or :class:`~tritonprep.errors.RuntimeUnavailable` saying what to install."""
+    try:
+        import cupy
+    except ImportError as e:
+        raise RuntimeUnavailable(f"CuPy is not installed ({e}); {GPU_EXTRA_HINT}") from None
+    return cupy
+
+
+def sticky_status(status: int) -> str | None:
+    """The runtime API name of CUDA status ``status`` if it is sticky (``700`` -> ``cudaErrorIllegalAddress``)."""
+    names = STICKY_CUDA_ERRORS.get(status)
+    return names[0] if names else None
+
+
+def sticky_error(error: BaseException) -> str | None:
+    """The name of the sticky CUDA error ``error`` reports (see the module's list), or None."""
+    status = getattr(error, "status", None)
+    if type(error).__name__ in _CUPY_ERRORS and isinstance(status, int):
+        return sticky_status(status)
+    text = str(error)
+    match = _ORT_FAILURE.search(text)
+    if match:
+        return sticky_status(int(match.group(1)))
+    match = _NAMES.search(text)
+    return sticky_status(_BY_NAME[match.group(1)]) if match else None
+
+
+def raise_if_sticky(error: BaseException, *, device: int, what: str, probe: Callable[[], object] | None = None) -> None:
+    """Raise :class:`~tritonprep.errors.InstanceFailed` if ``error``, or else ``probe()`` run after it,
+    reports a sticky CUDA error; return otherwise (the caller re-raises ``error``)."""
+    name = sticky_error(error)
+    cause: BaseException = error
+    if name is None and probe is not None:
+        try:
+            probe()
+        except Exception as e:  # noqa: BLE001 - only classified: a probe that fails otherwise says nothing
+            name, cause = sticky_error(e), e
+    if name is not None:
+        detail = f"{cause}" if cause is error else f"{cause} (after {type(error).__name__}: {error})"
+        raise InstanceFailed(
+            f"CUDA error {name} on GPU {device} in {what}: {detail}; this process's CUDA context is unusable "
+            "for good, so the instance is taken out of service and restarted"
+        ) from None
+
+
+@contextlib.contextmanager
+def cuda_fault_guard(device: int, what: str, probe: Callable[[], object] | None = None) -> Iterator[None]:
+    """Run the block; a sticky CUDA error it raises (or that ``probe`` finds after any error it raises)
+    becomes :class:`~tritonprep.errors.InstanceFailed`; every other error is raised unchanged.
+
+    ``what`` names the path for the message (``"the GPU executor"``); ``probe`` is what reveals a
+    poisoned context after an error that does not say (a synchronize of the stream the work ran on).
+    """
+    try:
+        yield
+    except InstanceFailed:
+        raise
+    except Exception as error:  # noqa: BLE001 - classified, then re-raised unchanged unless sticky
+        raise_if_sticky(error, device=device, what=what, probe=probe)
+        raise
