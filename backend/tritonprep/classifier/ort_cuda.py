@@ -84,8 +84,11 @@ def preload(ort: Any) -> str:
 
 
 def batch_dim_name(ort: Any, onnx_path: Path) -> str:
-    """The name of the ONNX input's batch dimension (its ``dim_param``), read with a CPU session."""
-    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    """The name of the ONNX input's batch dimension (its ``dim_param``), read with a CPU session that only
+    loads the graph (no optimization: it is only asked for its input)."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
     dim = session.get_inputs()[0].shape[0]
     if not isinstance(dim, str):
         raise ConfigError(f"{onnx_path} has a fixed batch size {dim}; export it with a named dynamic batch axis")
@@ -188,7 +191,6 @@ class OrtCudaRuntime:
         self.max_batch = buckets[-1]
         self.cuda_graphs = cuda_graphs
         self.ep_options = ep_options or CudaEpOptions()
-        dim_name = batch_dim_name(ort, onnx_path)
         self.name = "onnxruntime-cuda" + ("+graphs" if cuda_graphs else "") + ("+nhwc" if nhwc else "")
         provider = {
             "device_id": str(device_id),
@@ -209,6 +211,8 @@ class OrtCudaRuntime:
             if cache
             else None
         )
+        # read only where a bucket is optimized now (kept optimized models have their batch size fixed)
+        dim_name = "" if self._all_kept(buckets) else batch_dim_name(ort, onnx_path)
         self.strict = True  # every node on the GPU (no CPU fallback anywhere)
         try:
             with self.device:
@@ -246,6 +250,10 @@ class OrtCudaRuntime:
             ", ".join(f"{k} {v:.2f} s" for k, v in self.timings.items()),
         )
 
+    def _all_kept(self, buckets: Sequence[int]) -> bool:
+        """Whether an earlier start kept the optimized model of every bucket."""
+        return self._models is not None and all(self._models.path(b).is_file() for b in buckets)
+
     def _session(self, ort: Any, onnx_path: Path, dim_name: str, size: int, provider: dict[str, str]) -> Any:
         """The session of one bucket: from its optimized model kept by an earlier start where there is one, else
         optimized now (and kept); every node on the GPU if ORT can place it so, else (logged) some on the CPU."""
@@ -255,6 +263,7 @@ class OrtCudaRuntime:
             except Exception as e:  # noqa: BLE001 - ORT raises its own types: rebuild the entry
                 log.info("bucket %d: the kept optimized model does not load (%s); optimizing again", size, e)
                 self._models.drop(size)
+                dim_name = dim_name or batch_dim_name(ort, onnx_path)
         save = self._models.saving(size) if self._models is not None else None
         try:
             session = self._create(ort, onnx_path, dim_name, size, provider, save)
