@@ -1,8 +1,8 @@
 """``classify_fused``: raw images in, top-k predictions out, in one Python-backend instance.
 
-The ``classify`` ensemble runs three models, each its own process: ``preprocess`` (decode +
-kernels) hands a GPU tensor to ``classifier`` (the network), which hands logits to
-``postprocess`` (softmax, top-k, names). Every step pays the Python backend's per-request cost
+The ``classify`` ensemble runs two models, each its own process: ``preprocess`` (decode +
+kernels) hands a GPU tensor to ``classifier`` (the network and its top-k; in the container a third,
+``postprocess``, takes the logits). Every step pays the Python backend's per-request cost
 (the request and its tensors cross into the stub and back, a GPU tensor through CUDA IPC), and
 on one GPU the steps' processes time-slice the GPU between their CUDA contexts. This model does
 the same three things in one process, per ``execute()``:
@@ -13,8 +13,8 @@ the same three things in one process, per ``execute()``:
 2. the batch of the requests whose images all decoded runs through the network
    (:func:`~tritonprep.classifier.runtimes.load_runtime`: on a GPU instance ONNX Runtime's CUDA EP
    with a session and CUDA graph per batch bucket, reading the executor's GPU batch where it is);
-3. the logits come to the host once (a few KB per image) for softmax and top-k
-   (:class:`~tritonprep.classifier.postprocess.TopK`, the ``postprocess`` model's).
+3. softmax and top-k run where the logits are (on the GPU for a GPU runtime; only the ``k`` scores and
+   ids per image come to the host: :class:`~tritonprep.classifier.postprocess.TopK`, the classifier's).
 
 These are the steps of one :class:`~tritonprep.triton.isolation.RequestIsolation`, so the errors are
 ``classify``'s too: a bad image fails its own request (``image i of n [reason]: ...``), a failure of
@@ -44,7 +44,7 @@ from ..spec import PreprocessConfig
 from ..triton.isolation import RequestIsolation, row_batched
 from ..triton.pb import model_config, output_dims, parameters
 from ..triton.preprocess import Preprocessed, PreprocessStage, RequestImages
-from ..triton.tensors import named_tensors, to_numpy
+from ..triton.tensors import named_tensors
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ class FusedClassifyModel:
 
     def classify(self, parts: list[Preprocessed]) -> tuple[np.ndarray, np.ndarray]:
         """Top-k probabilities and class ids of the network over the requests' pixels, one after the other."""
-        return self.top_k(to_numpy(self.runtime.infer_many([p.outputs[PIXELS] for p in parts])))
+        return self.top_k(self.runtime.infer_many([p.outputs[PIXELS] for p in parts]))  # where the logits are
 
     def respond(self, rows: Sequence[np.ndarray]) -> list[Any]:
         """One request's output tensors from its rows of :meth:`classify`'s outputs."""
