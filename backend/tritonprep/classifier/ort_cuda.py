@@ -362,9 +362,17 @@ class OrtCudaRuntime:
 
     def _warm_up(self) -> None:
         """Run every bucket once: ORT tunes its convolutions and, with graphs, captures them now."""
-        for bucket in self._buckets:
+        for bucket, cap in zip(self._buckets, self.session_caps_mb):
             t0 = time.perf_counter()
-            bucket.session.run_with_iobinding(bucket.binding)
+            try:
+                bucket.session.run_with_iobinding(bucket.binding)
+            except Exception as e:  # noqa: BLE001 - ORT raises its own types; an arena over its cap says why
+                if cap and "allocat" in str(e).lower():
+                    raise ConfigError(
+                        f"bucket {bucket.size} needs more GPU memory than its {cap} MiB arena cap ({e}); raise "
+                        "gpu_memory_mb (or set gpu_mem_limit_mb), or use smaller batch_buckets"
+                    ) from None
+                raise
             self.timings[f"capture_b{bucket.size}"] = time.perf_counter() - t0
 
     def close(self) -> None:
