@@ -129,8 +129,8 @@ def test_optimized_models_are_keyed_by_what_shaped_them_and_appear_whole(tmp_pat
     empty = models.saving(64)  # ORT saved nothing (the session failed): nothing is kept
     models.keep(empty, 64)
     assert not models.path(64).exists() and not empty.exists()
-    models.drop(8)
-    assert not models.path(8).exists()
+    models.refuse(8)  # ONNX Runtime could not load it: gone, and never kept again for this key
+    assert not models.path(8).exists() and models.refused(8) and not models.refused(64)
     monkeypatch.setenv(cache.ENV, "off")
     assert OptimizedModels.open(onnx, "1.31.1") is None
 

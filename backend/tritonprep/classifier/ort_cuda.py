@@ -263,11 +263,11 @@ class OrtCudaRuntime:
         if self._models is not None and self._models.path(size).is_file():
             try:
                 return self._create(ort, self._models.path(size), dim_name, size, provider, None)
-            except Exception as e:  # noqa: BLE001 - ORT raises its own types: rebuild the entry
-                log.info("bucket %d: the kept optimized model does not load (%s); optimizing again", size, e)
-                self._models.drop(size)
+            except Exception as e:  # noqa: BLE001 - ORT raises its own types: optimize now, keep nothing for it
+                log.warning("bucket %d: its kept optimized model does not load (%s); not kept from now on", size, e)
+                self._models.refuse(size)
                 dim_name = dim_name or batch_dim_name(ort, onnx_path)
-        save = self._models.saving(size) if self._models is not None else None
+        save = self._models.saving(size) if self._models is not None and not self._models.refused(size) else None
         try:
             session = self._create(ort, onnx_path, dim_name, size, provider, save)
         finally:

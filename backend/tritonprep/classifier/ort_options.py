@@ -26,7 +26,7 @@ the same options; ``TRITONPREP_ORT_REGISTER_CUDA_EP=0`` keeps the old way.
 **Optimized models** (:class:`OptimizedModels`): the first start saves each bucket session's optimized
 graph (``SessionOptions.optimized_model_filepath``) in the start-up cache (:mod:`tritonprep.cache`);
 later starts load it with graph optimizations off. An entry that ONNX Runtime cannot load is deleted
-and rebuilt.
+and none is kept for that key again (a ``.refused`` marker): that bucket is optimized at every start.
 """
 
 from __future__ import annotations
@@ -187,5 +187,18 @@ class OptimizedModels:
             saved.unlink(missing_ok=True)
 
     def drop(self, bucket: int) -> None:
-        """Delete bucket ``bucket``'s entry (ONNX Runtime could not load it)."""
+        """Delete bucket ``bucket``'s entry."""
         self.path(bucket).unlink(missing_ok=True)
+
+    def refuse(self, bucket: int) -> None:
+        """ONNX Runtime could not load bucket ``bucket``'s entry: delete it, and keep none for this key again
+        (a marker beside it), so that no later start pays a failed load and a save."""
+        self.drop(bucket)
+        try:
+            self.path(bucket).with_suffix(".refused").touch()
+        except OSError as e:
+            log.info("cannot mark bucket %d's optimized model as refused: %s", bucket, e)
+
+    def refused(self, bucket: int) -> bool:
+        """Whether an earlier start could not load bucket ``bucket``'s optimized model (see :meth:`refuse`)."""
+        return self.path(bucket).with_suffix(".refused").is_file()
