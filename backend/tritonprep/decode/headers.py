@@ -89,11 +89,12 @@ def webp_size(data: bytes) -> tuple[int, int]:
 _TIFF_TYPES = {3: "H", 4: "I", 16: "Q"}  # SHORT, LONG, LONG8
 _TIFF_MAX_ENTRIES = 1000
 #: the first IFD's tags read: ImageWidth, ImageLength, BitsPerSample, Compression, Photometric,
-#: Orientation, SamplesPerPixel, PlanarConfiguration
+#: Orientation, SamplesPerPixel, PlanarConfiguration, Predictor
 _TIFF_TAGS = {256: "width", 257: "height", 258: "bits", 259: "compression", 262: "photometric",
-              274: "orientation", 277: "samples", 284: "planar"}  # fmt: skip
-#: compressions nvTIFF decodes losslessly (none, LZW, Adobe deflate, old deflate): the same pixels as Pillow
-_TIFF_GPU_COMPRESSIONS = {1, 5, 8, 32946}
+              274: "orientation", 277: "samples", 284: "planar", 317: "predictor"}  # fmt: skip
+#: compressions nvTIFF decodes itself, losslessly (none, LZW): the same pixels as Pillow. Deflate needs nvCOMP
+#: beside it and JPEG-in-TIFF decodes through nvJPEG (not libjpeg's pixels): Pillow takes those
+_TIFF_GPU_COMPRESSIONS = {1, 5}
 
 
 def tiff_info(data: bytes) -> HeaderInfo:
@@ -130,6 +131,7 @@ def tiff_info(data: bytes) -> HeaderInfo:
         and (found.get("samples", 1), found.get("photometric")) in ((3, 2), (1, 1))
         and found.get("planar", 1) == 1
         and found.get("orientation", 1) == 1
+        and found.get("predictor", 1) == 1
     )
     return HeaderInfo(found["width"], found["height"], gpu)
 

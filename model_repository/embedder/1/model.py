@@ -1,8 +1,9 @@
 """Triton Python-backend model `embedder`: EfficientNet-Lite0's L2-normalised pooled features.
 
 Runs `model.onnx` from this version folder (scripts/export_embedder.py; on a GPU its FP16 variant
-`model.fp16.onnx`, with batch buckets 1,8,32,64) on the best runtime installed, like the classifier (tritonprep.classifier.runtimes), and returns the unit vectors in
-the dtype its config's `embedding` output declares (tritonprep.classifier.embedding).
+`model.fp16.onnx`, with batch buckets 1,8,32,64) on the best runtime installed, like the classifier
+(tritonprep.classifier.runtimes), and returns the unit vectors in the dtype its config's `embedding`
+output declares (tritonprep.classifier.embedding).
 """
 
 import logging
