@@ -207,3 +207,17 @@ def test_registration_is_only_an_improvement(tmp_path, fresh_registration, monke
     if env is not None:
         monkeypatch.setenv(fresh_registration.REGISTER_ENV, env)
     assert fresh_registration.register_cuda_ep(ort) is registered
+
+
+def test_the_gpu_decoders_formats_and_the_budget_are_model_wide_preprocess_parameters():
+    from tritonprep.spec import DecoderOptions, PreprocessConfig
+
+    config = PreprocessConfig.from_parameters({"gpu_formats": "jpeg", "gpu_memory_mb": "900"})
+    assert config.decoding.gpu_formats == ("JPEG",) and config.gpu_memory_mb == "900"
+    assert PreprocessConfig.from_parameters({}).decoding.gpu_formats == ("JPEG", "JPEG2000", "TIFF")
+    with pytest.raises(ConfigError, match="gpu_formats"):
+        DecoderOptions(gpu_formats=("PNG",))
+    with pytest.raises(ConfigError, match="gpu_memory_mb"):
+        PreprocessConfig.from_parameters({"gpu_memory_mb": "lots"})
+    with pytest.raises(ConfigError, match="shared by all outputs"):
+        PreprocessConfig.from_parameters({"PIXELS.gpu_memory_mb": "900"})

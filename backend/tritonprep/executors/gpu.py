@@ -206,11 +206,12 @@ class GpuExecutor:
         """Hand pinned blocks that nothing uses any more back to the driver (CuPy caches them)."""
         self.cp.get_default_pinned_memory_pool().free_all_blocks()
 
-    @staticmethod
-    def _gpu_decodable(header: ImageHeader) -> bool:
-        """Whether the GPU decoder should take the image: JPEGs except CMYK/YCCK (Pillow converts Adobe
-        CMYK correctly) and malformed EXIF (Pillow's reading of it is the reference, nvImageCodec's may differ);
-        JPEG 2000 and TIFF files whose header says the GPU decodes them as Pillow does."""
+    def _gpu_decodable(self, header: ImageHeader) -> bool:
+        """Whether the GPU decoder should take the image (its format one of ``gpu_formats``): JPEGs except CMYK/YCCK
+        (Pillow converts Adobe CMYK correctly) and malformed EXIF (Pillow's reading of it is the reference,
+        nvImageCodec's may differ); JPEG 2000 and TIFF files whose header says the GPU decodes them as Pillow does."""
+        if header.format not in self.config.decoding.gpu_formats:
+            return False
         jpeg = header.jpeg
         if jpeg is None:
             return header.gpu_decodable

@@ -143,6 +143,14 @@ PARAMETERS: tuple[Parameter, ...] = (
         "JPEG chroma upsampling like libjpeg-turbo's default (GPU decoder option)",
     ),
     Parameter(
+        "gpu_formats",
+        "decoding.gpu_formats",
+        read_upper_list,
+        "JPEG,JPEG2000,TIFF",
+        "GPU executor: the formats nvImageCodec's GPU decoders take (JPEG: nvJPEG; JPEG2000: nvJPEG2000; TIFF: "
+        "nvTIFF), each in the plain cases they decode as Pillow does; Pillow decodes the others",
+    ),
+    Parameter(
         "gpu_memory_mb",
         "model.gpu_memory_mb",
         lambda _name, text: text.strip(),
