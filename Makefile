@@ -4,6 +4,8 @@
 #   make test    - lint (ruff check + format check), then the test suite (real tritonserver processes;
 #                  GPU tests skip without a GPU)
 #   make lint    - ruff only; make format rewrites the files
+#   make test-compose - the container deployment for real: docker/compose.yaml's cpu profile built, started,
+#                  used over gRPC and HTTP and removed, on a private Docker daemon (tests/compose/run.sh; root)
 #   make model   - export EfficientNet-Lite0 to model_repository/classifier/1/model.onnx and its pooled
 #                  features (the embedder) to model_repository/embedder/1/model.onnx, each with its
 #                  FP16 variant model.fp16.onnx beside it
@@ -29,7 +31,7 @@ RUNTIME     := $(if $(filter none,$(GPU_BUILD)),cpu,gpu-$(GPU_BUILD))
 OTHER_ORT   := $(if $(filter cpu,$(RUNTIME)),onnxruntime-gpu,onnxruntime)
 INSTALLED   := $(VENV)/.installed-$(RUNTIME)
 
-.PHONY: setup model demo serve lint format test test-gpu clean
+.PHONY: setup model demo serve lint format test test-gpu test-compose clean
 
 $(INSTALLED): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -74,6 +76,10 @@ test: lint model
 # GPU tests on a machine with a GPU (this workplace's GPU machine: scripts/device/gpu_full.sh, see docs/gpu.md)
 test-gpu: setup model
 	$(VENV)/bin/python -m pytest -m gpu $(PYTEST_ARGS)
+
+# Installs Docker (Debian's docker.io) and Compose v2 (PyPI) where missing; data under .cache/compose/
+test-compose: setup model
+	PYTHON=$(VENV)/bin/python bash tests/compose/run.sh
 
 clean:
 	rm -rf $(VENV) $(EXPORT_VENV) $(ONNX) $(ONNX).json $(ONNX_FP16) $(EMBED_ONNX) $(EMBED_ONNX).json $(EMBED_FP16)

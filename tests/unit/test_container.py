@@ -1,15 +1,18 @@
-"""The container deployment, checked without Docker, a GPU or TensorRT.
+"""The container deployment, checked without Docker, a GPU or TensorRT (tests/unit/test_container_tools.py
+runs the real `docker compose config` and `kubernetes-validate`; `make test-compose` runs the cpu profile).
 
 - docker/compose.yaml is parsed as YAML, interpolated the way Compose does, and validated
   against the Compose Specification's JSON schema (vendored in tests/unit/data/), then held
-  to what the deployment needs: GPU reservation, shm and ulimits, memory pools, ports,
-  read-only models, the engine volume, health check, restart policy, the engine-build step
-  before the server, the perf profile;
-- docker/Dockerfile is parsed (dockerfile-parse): pinned base, GPU extra, non-root user, and
-  everything it copies exists and passes the ignore file;
+  to what the deployment needs, for each server (ngc: `triton`; cpu and gpu: the pip image's
+  `triton-cpu` and `triton-gpu`): GPU reservation, shm and ulimits, memory pools, ports, read-only
+  models, the engine volume, health check, restart policy, privileges, the engine-build step before
+  the NGC server, the pip image's command (parsed by `tritonprep serve`'s own parser), the perf profile;
+- docker/Dockerfile and docker/Dockerfile.pip are parsed (dockerfile-parse): pinned base, extras,
+  non-root user, and everything they copy exists and passes the ignore files;
 - the classifier's container configs agree with the exported ONNX (onnxruntime reads it),
-  with the embedded config and with the preprocess output;
-- docker/k8s/ runs the same image and tritonserver command;
+  with the embedded config and with the preprocess output; classify_fused's container config is
+  its GPU config with the ONNX where the image puts it;
+- docker/k8s/ runs the same images and commands, with probes, metrics and an autoscaler;
 - the shell steps (prepare-classifier, with-cuda-pools) and the perf input writer are run.
 """
 
@@ -22,6 +25,7 @@ import re
 import struct
 import subprocess
 import sys
+from io import BytesIO
 from pathlib import Path
 from typing import Any
 
@@ -34,14 +38,20 @@ from tritonclient.grpc import model_config_pb2
 
 from tritonprep.classifier.builders import INSTALL_HINT
 from tritonprep.classifier.engines import BuildOptions, network_input
-from tritonprep.launcher.options import ADMIN_HEADER, GRPC_HEADER_PREFIX, RESTRICTED_APIS
+from tritonprep.launcher.cli import build_parser
+from tritonprep.launcher.options import ADMIN_HEADER, ADMIN_KEY_ENV, GRPC_HEADER_PREFIX, RESTRICTED_APIS
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
 REPO = ROOT / "model_repository"
 COMPOSE = DOCKER / "compose.yaml"
 DOCKERFILE = DOCKER / "Dockerfile"
+DOCKERFILE_PIP = DOCKER / "Dockerfile.pip"
 K8S = DOCKER / "k8s" / "tritonprep.yaml"
+K8S_PIP = DOCKER / "k8s" / "tritonprep-pip.yaml"
+#: the server of each image choice (compose profile)
+SERVERS = {"ngc": "triton", "cpu": "triton-cpu", "gpu": "triton-gpu"}
+PIP_SERVERS = ("triton-cpu", "triton-gpu")
 SCHEMA = Path(__file__).resolve().parent / "data" / "compose-spec.json"
 ONNX = REPO / "classifier" / "1" / "model.onnx"
 ENV = {"TRITON_ADMIN_KEY": "test-key"}
@@ -89,6 +99,22 @@ def interpolate(value: Any, env: dict[str, str]) -> Any:
     return _VAR.sub(sub, value)
 
 
+class ComposeLoader(yaml.SafeLoader):
+    """YAML with Compose's merge tags (!reset, !override), read as the value they carry."""
+
+
+def _tagged(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+    if isinstance(node, yaml.MappingNode):
+        return loader.construct_mapping(node, deep=True)
+    if isinstance(node, yaml.SequenceNode):
+        return loader.construct_sequence(node, deep=True)
+    return loader.construct_scalar(node)
+
+
+for _tag in ("!reset", "!override"):
+    ComposeLoader.add_constructor(_tag, _tagged)
+
+
 @pytest.fixture(scope="module")
 def raw_compose() -> dict[str, Any]:
     return yaml.safe_load(COMPOSE.read_text())
@@ -105,6 +131,12 @@ def triton(compose) -> dict[str, Any]:
     return compose["services"]["triton"]
 
 
+@pytest.fixture(scope="module", params=list(SERVERS.values()))
+def server(request, compose) -> dict[str, Any]:
+    """Each server service in turn: what every image choice must do alike."""
+    return compose["services"][request.param]
+
+
 def flags(command: list[str]) -> dict[str, list[str]]:
     """--name=value flags of a command line, by name."""
     out: dict[str, list[str]] = {}
@@ -119,8 +151,8 @@ def load_config(path: Path) -> model_config_pb2.ModelConfig:
     return text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
 
 
-def dockerfile() -> DockerfileParser:
-    return DockerfileParser(str(DOCKERFILE))
+def dockerfile(path: Path = DOCKERFILE) -> DockerfileParser:
+    return DockerfileParser(fileobj=BytesIO(path.read_bytes()))
 
 
 def dockerfile_tag() -> str:
@@ -158,34 +190,51 @@ def test_compose_works_from_the_repository_root_and_from_docker(raw_compose):
     for name, service in raw_compose["services"].items():
         build = service.get("build")
         if build:
-            assert (DOCKER / build["context"] / build["dockerfile"]).resolve() == DOCKERFILE, name
+            assert (DOCKER / build["context"]).resolve() == ROOT, name
+            assert (DOCKER / build["context"] / build["dockerfile"]).resolve() in (DOCKERFILE, DOCKERFILE_PIP), name
         for mount in service.get("volumes", []):
             if mount["type"] == "bind" and mount["source"] != "./perf":
                 assert (DOCKER / mount["source"]).resolve().is_dir(), (name, mount["source"])
 
 
-# ---------------------------------------------------------------------------- compose: the server
-def test_triton_reserves_gpus_by_a_configurable_count(raw_compose, triton):
-    devices = triton["deploy"]["resources"]["reservations"]["devices"]
-    assert len(devices) == 1 and devices[0]["driver"] == "nvidia" and devices[0]["capabilities"] == ["gpu"]
-    assert devices[0]["count"] == "all"
-    two = interpolate(raw_compose, {**ENV, "TRITON_GPU_COUNT": "2"})["services"]["triton"]
-    assert two["deploy"]["resources"]["reservations"]["devices"][0]["count"] == "2"
+# ---------------------------------------------------------------------------- compose: the servers
+def test_one_profile_per_image_and_nothing_without_one(raw_compose):
+    """COMPOSE_PROFILES (or --profile) picks the image: each server is in exactly its profile, and every
+    service is in a profile, so two servers never start together on the same ports."""
+    services = raw_compose["services"]
+    for profile, name in SERVERS.items():
+        assert services[name]["profiles"] == [profile], name
+    assert services["engine-build"]["profiles"] == ["ngc"]
+    assert all(s.get("profiles") for s in services.values())
+    assert services["triton-cpu"]["build"]["dockerfile"] == services["triton-gpu"]["build"]["dockerfile"]
 
 
-def test_triton_has_nvidias_shm_size_and_ulimits(triton):
-    assert triton["shm_size"] == "1g"
-    assert triton["ulimits"] == {"memlock": -1, "stack": 67108864}
+def test_gpu_servers_reserve_gpus_by_a_configurable_count_and_the_cpu_server_none(raw_compose):
+    for name in ("triton", "triton-gpu"):
+        devices = interpolate(raw_compose, ENV)["services"][name]["deploy"]["resources"]["reservations"]["devices"]
+        assert len(devices) == 1 and devices[0]["driver"] == "nvidia" and devices[0]["capabilities"] == ["gpu"]
+        assert devices[0]["count"] == "all"
+        two = interpolate(raw_compose, {**ENV, "TRITON_GPU_COUNT": "2"})["services"][name]
+        assert two["deploy"]["resources"]["reservations"]["devices"][0]["count"] == "2"
+    assert "deploy" not in raw_compose["services"]["triton-cpu"]
 
 
-def test_triton_publishes_http_grpc_and_metrics_on_localhost_by_default(raw_compose, triton):
-    published = {}
-    for port in triton["ports"]:
-        host_ip, host_port, container_port = port.split(":")
-        published[int(container_port)] = (host_ip, int(host_port))
-    assert published == {8000: ("127.0.0.1", 8000), 8001: ("127.0.0.1", 8001), 8002: ("127.0.0.1", 8002)}
-    opened = interpolate(raw_compose, {**ENV, "TRITON_BIND_ADDRESS": "0.0.0.0", "TRITON_GRPC_PORT": "9001"})
-    assert "0.0.0.0:9001:8001" in opened["services"]["triton"]["ports"]
+def test_servers_have_nvidias_shm_size_and_ulimits(server):
+    assert server["shm_size"] == "1g"
+    assert server["ulimits"] == {"memlock": -1, "stack": 67108864}
+
+
+def test_servers_listen_and_publish_on_the_same_ports_on_localhost_by_default(raw_compose, server):
+    """The container port is the host port (so the same command serves behind published ports or on the
+    host's network), published on 127.0.0.1 unless TRITON_BIND_ADDRESS opens it."""
+    name = next(n for n, s in interpolate(raw_compose, ENV)["services"].items() if s == server)
+    assert server["ports"] == [f"127.0.0.1:{p}:{p}" for p in (8000, 8001, 8002)]
+    f = flags(server["command"])
+    assert (f["http-port"], f["grpc-port"], f["metrics-port"]) == (["8000"], ["8001"], ["8002"])
+    moved = {**ENV, "TRITON_BIND_ADDRESS": "0.0.0.0", "TRITON_GRPC_PORT": "9001", "TRITON_HTTP_PORT": "9000"}
+    opened = interpolate(raw_compose, moved)["services"][name]
+    assert "0.0.0.0:9001:9001" in opened["ports"] and flags(opened["command"])["grpc-port"] == ["9001"]
+    assert "http://localhost:9000/v2/health/ready" in opened["healthcheck"]["test"]
 
 
 def test_triton_command_is_locked_down_and_serves_both_repositories(triton):
@@ -215,27 +264,66 @@ def test_cuda_memory_pool_holds_the_largest_preprocess_batch(triton, tmp_path):
     assert out == [f"--cuda-memory-pool-byte-size=0:{pool_mb << 20}"]
 
 
-def test_models_are_mounted_read_only_and_classifier_exists_once(compose, triton):
-    """Triton makes a model that is in two repositories unavailable: the classifier must only be
-    in the engine volume's repository, the other models only in /opt/tritonprep/models."""
+def test_every_model_is_mounted_read_only_and_classifier_exists_once(compose, triton):
+    """The NGC server serves every model of the repository. Triton makes a model that is in two
+    repositories unavailable: the classifier must only be in the engine volume's repository, every
+    other model only in /opt/tritonprep/models; classify_fused reads the classifier's ONNX from
+    /opt/tritonprep/classifier."""
     binds = {m["target"]: m for m in triton["volumes"] if m["type"] == "bind"}
     served = {Path(t).name for t in binds if t.startswith("/opt/tritonprep/models/")}
     assert all(m.get("read_only") is True for m in binds.values())
-    ensemble = load_config(REPO / "classify" / "configs" / "tensorrt.pbtxt")  # --model-config-name=tensorrt
-    steps = {s.model_name for s in ensemble.ensemble_scheduling.step}
-    assert served == {"classify"} | steps - {"classifier"}
+    every = {p.parent.name for p in REPO.glob("*/config.pbtxt")}
+    assert {"classify", "classify_fused", "embed", "analyze"} <= every
+    assert served == every - {"classifier"}
     for target, mount in binds.items():
-        assert (DOCKER / mount["source"]).resolve() == REPO / Path(target).name
+        name = "classifier" if target == "/opt/tritonprep/classifier" else Path(target).name
+        assert (DOCKER / mount["source"]).resolve() == REPO / name, target
+    assert "/opt/tritonprep/classifier" in binds
     engines = next(m for m in triton["volumes"] if m["target"] == "/engines")
     assert engines["type"] == "volume" and engines["source"] in compose["volumes"] and engines["read_only"] is True
 
 
-def test_triton_is_health_checked_and_restarted(triton):
-    test = triton["healthcheck"]["test"]
+def test_servers_are_health_checked_restarted_and_unprivileged(server):
+    test = server["healthcheck"]["test"]
     assert test[0] == "CMD" and "http://localhost:8000/v2/health/ready" in test and "-f" in " ".join(test)
-    assert triton["restart"] == "unless-stopped" and triton["init"] is True
-    assert triton["security_opt"] == ["no-new-privileges:true"] and triton["cap_drop"] == ["ALL"]
-    assert "privileged" not in triton and "network_mode" not in triton
+    assert server["restart"] == "unless-stopped" and server["stop_grace_period"] == "45s"
+    assert server["security_opt"] == ["no-new-privileges:true"] and server["cap_drop"] == ["ALL"]
+    assert "privileged" not in server and "network_mode" not in server and "user" not in server  # the image's
+    assert server["networks"] == {"default": {"aliases": ["triton"]}}  # what perf calls, whichever image
+
+
+def test_the_pip_servers_run_tritonprep_serve_read_only_with_the_admin_key(compose, raw_compose):
+    """The command is parsed by `tritonprep serve`'s own parser: every flag exists and means what compose
+    wants; the key reaches it through the variable the launcher reads."""
+    for name in PIP_SERVERS:
+        service = compose["services"][name]
+        assert service["command"][:2] == ["tritonprep", "serve"]
+        args = build_parser().parse_args(service["command"][2:])
+        assert args.model_repository == Path("/opt/tritonprep/models") and args.host == "0.0.0.0"
+        assert (args.http_port, args.grpc_port, args.metrics_port) == (8000, 8001, 8002)
+        assert args.cuda_memory_pool_mb == int(compose["services"]["triton"]["environment"]["TRITON_CUDA_POOL_MB"])
+        assert not args.unrestricted and args.admin_key_file is None and args.exit_timeout == 30
+        assert service["environment"] == {ADMIN_KEY_ENV: "test-key"}
+        # the image's ENTRYPOINT is tini; /tmp holds the Python backend the launcher assembles and loads
+        assert service["read_only"] is True and service["tmpfs"] == ["/tmp:exec,mode=1777"]
+        assert "init" not in service
+        loopback = interpolate(raw_compose, {**ENV, "TRITON_LISTEN_ADDRESS": "127.0.0.1"})["services"][name]
+        assert build_parser().parse_args(loopback["command"][2:]).host == "127.0.0.1"
+    assert compose["services"]["triton-cpu"]["build"]["args"] == {"BASE_IMAGE": "debian:bookworm-slim", "EXTRA": "cpu"}
+    gpu = compose["services"]["triton-gpu"]
+    assert gpu["build"]["args"]["EXTRA"] == "gpu-cu13" and gpu["image"] == "tritonprep-pip:gpu-cu13"
+    cu12 = interpolate(raw_compose, {**ENV, "PIP_GPU_EXTRA": "gpu-cu12"})["services"]["triton-gpu"]
+    assert cu12["build"]["args"]["EXTRA"] == "gpu-cu12" and cu12["image"] == "tritonprep-pip:gpu-cu12"
+
+
+def test_the_test_override_holds_only_what_the_sandbox_forbids():
+    """make test-compose runs the real compose file; its override may only take the host's network
+    (no bridge there) and drop memlock (the sandbox cannot raise it)."""
+    override = yaml.load((ROOT / "tests" / "compose" / "override.yaml").read_text(), Loader=ComposeLoader)
+    assert list(override) == ["services"] and list(override["services"]) == ["triton-cpu"]
+    assert set(override["services"]["triton-cpu"]) == {"network_mode", "networks", "ports", "ulimits"}
+    assert override["services"]["triton-cpu"]["network_mode"] == "host"
+    assert override["services"]["triton-cpu"]["ulimits"] == {"stack": 67108864}
 
 
 # ---------------------------------------------------------------------------- compose: engine build, perf
@@ -265,7 +353,8 @@ def test_perf_profile_benchmarks_the_ensemble_with_the_matching_sdk_image(compos
     perf = compose["services"]["perf"]
     assert perf["profiles"] == ["perf"]
     assert perf["image"] == f"nvcr.io/nvidia/tritonserver:{dockerfile_tag()}-py3-sdk"
-    assert perf["depends_on"] == {"triton": {"condition": "service_healthy"}}
+    # whichever server runs (the others' profiles are off): each is an optional dependency
+    assert perf["depends_on"] == {n: {"condition": "service_healthy", "required": False} for n in SERVERS.values()}
     cmd = perf["command"]
     assert cmd[0] == "perf_analyzer"
     pairs = dict(zip(cmd[1::2], cmd[2::2]))
@@ -334,6 +423,81 @@ def test_everything_the_dockerfile_copies_exists_and_is_not_ignored():
             assert any(src == a or src.startswith(a + "/") for a in allowed), f"{src} is excluded by the ignore file"
     for script in ("scripts/build_engine.py", "docker/prepare-classifier", "docker/with-cuda-pools"):
         assert (ROOT / script).stat().st_mode & 0o111, f"{script} is not executable"
+
+
+def allow_list(path: Path) -> tuple[set[str], list[str]]:
+    """What an allow-list ignore file lets through, and what it excludes again."""
+    lines = [x.strip() for x in path.read_text().splitlines() if x.strip() and not x.startswith("#")]
+    assert lines[0] == "*", f"{path.name} is not an allow-list"
+    return {x[1:] for x in lines if x.startswith("!")}, [x for x in lines[1:] if not x.startswith("!")]
+
+
+def test_the_root_ignore_file_sends_what_both_images_copy_and_nothing_else():
+    """The classic builder reads only .dockerignore at the context's root: it must let through what
+    either Dockerfile copies (Dockerfile.pip copies the whole context) and never the virtualenvs, the
+    caches (.cache/compose holds the test's Docker data) or engines."""
+    allowed, excluded = allow_list(ROOT / ".dockerignore")
+    ngc_allowed, _ = allow_list(DOCKER / "Dockerfile.dockerignore")
+    assert ngc_allowed <= allowed
+    assert allowed == ngc_allowed | {"model_repository"} or allowed >= {"pyproject.toml", "backend", "model_repository"}
+    assert not any(a.startswith((".venv", ".cache", ".git", "reports", "tests")) for a in allowed)
+    assert {"model_repository/*/1/*.plan", "**/__pycache__"} <= set(excluded)
+
+
+def test_the_pip_image_builds_from_any_debian_12_as_a_non_root_user_with_every_model():
+    df = dockerfile(DOCKERFILE_PIP)
+    args = {i["value"].split("=", 1)[0]: i["value"].split("=", 1)[1] for i in df.structure if i["instruction"] == "ARG"}
+    assert args == {"BASE_IMAGE": "debian:bookworm-slim", "EXTRA": "cpu"}
+    assert df.baseimage == "debian:bookworm-slim"  # the ARG substituted
+    assert "FROM ${BASE_IMAGE}" in DOCKERFILE_PIP.read_text()
+    instructions = [i["instruction"] for i in df.structure]
+    assert instructions[-1] == "USER" and df.structure[-1]["value"] == "triton-server"
+    assert instructions.count("USER") == 1
+    assert df.structure[instructions.index("ENTRYPOINT")]["value"] == '["/usr/bin/tini", "--"]'
+    assert "/v2/health/ready" in df.structure[instructions.index("HEALTHCHECK")]["value"]
+    run = " ".join(i["value"] for i in df.structure if i["instruction"] == "RUN")
+    assert "libpython3.11" in run and "useradd --uid 1000" in run
+    assert '".[server,$EXTRA]"' in run and "--no-deps" in run and "pip check" in run
+    assert "import numpy, onnxruntime, pytriton, tritonprep.pipeline.fused" in run
+    assert "cp -R model_repository/. /opt/tritonprep/models/" in run
+    # the extras it accepts are the project's
+    from importlib.metadata import metadata
+
+    extras = set(metadata("tritonprep").get_all("Provides-Extra") or [])
+    accepted = re.search(r'case "\$EXTRA" in ([\w|-]+)\)', run).group(1).split("|")
+    assert set(accepted) <= extras and "cpu" in accepted and "gpu-cu13" in accepted
+    # no BuildKit-only syntax: the classic builder builds it too
+    text = DOCKERFILE_PIP.read_text()
+    assert "# syntax=" not in text and "--chmod" not in text and "--mount" not in text and "<<" not in text
+
+
+def test_classify_fused_in_the_ngc_image_runs_the_onnx_where_the_image_puts_it():
+    """NVIDIA's image serves the classifier as a plan from the engine volume, so classify_fused's container
+    config (tensorrt.pbtxt and onnxruntime.pbtxt link to it) is its GPU config with the ONNX's path
+    outside the repository: where docker/Dockerfile copies it and compose mounts it."""
+    configs = REPO / "classify_fused" / "configs"
+    for name in ("tensorrt.pbtxt", "onnxruntime.pbtxt"):
+        assert (configs / name).is_symlink() and (configs / name).resolve() == configs / "container.pbtxt"
+    container, gpu = load_config(configs / "container.pbtxt"), load_config(configs / "gpu.pbtxt")
+    path = container.parameters["network.model"].string_value
+    assert path == "/opt/tritonprep/classifier/1/model.onnx"
+    assert gpu.parameters["network.model"].string_value == "classifier/1/model.onnx"
+    del container.parameters["network.model"], gpu.parameters["network.model"]
+    assert container == gpu
+    copies = [i["value"].split() for i in dockerfile().structure if i["instruction"] == "COPY"]
+    assert ["model_repository/classifier", "/opt/tritonprep/classifier"] in copies
+
+
+def test_the_ngc_image_has_onnx_runtimes_gpu_build_at_the_extras_pin():
+    """embedder and classify_fused run their network in a Python-backend instance: the NGC image installs
+    onnxruntime-gpu at the pin of the gpu-cu<N> extra (the Dockerfile reads it from pyproject.toml)."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for cuda in (12, 13):
+        assert any(r.startswith("onnxruntime-gpu[cuda,cudnn]") for r in extras[f"gpu-cu{cuda}"])
+    run = " ".join(i["value"] for i in dockerfile().structure if i["instruction"] == "RUN")
+    assert '"gpu-${extra#preprocess-}"' in run and '"$ort"' in run and "tritonprep.pipeline.fused" in run
 
 
 # ---------------------------------------------------------------------------- classifier configs vs ONNX
@@ -431,12 +595,12 @@ def test_engine_profiles_cover_max_batch_size():
 
 
 # ---------------------------------------------------------------------------- Kubernetes
-def k8s_docs() -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all(K8S.read_text()) if d]
+def k8s_docs(path: Path = K8S) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
-def k8s_deployment() -> dict[str, Any]:
-    return next(d for d in k8s_docs() if d["kind"] == "Deployment")
+def k8s_deployment(path: Path = K8S) -> dict[str, Any]:
+    return next(d for d in k8s_docs(path) if d["kind"] == "Deployment")
 
 
 def test_k8s_runs_the_compose_command_with_one_gpu_per_pod(triton):
@@ -460,11 +624,70 @@ def test_k8s_runs_the_compose_command_with_one_gpu_per_pod(triton):
     assert server["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
 
 
-def test_k8s_service_exposes_the_three_ports():
-    service = next(d for d in k8s_docs() if d["kind"] == "Service")
-    deployment = k8s_deployment()
+def test_k8s_runs_the_pip_image_with_the_compose_gpu_command(compose):
+    pod = k8s_deployment(K8S_PIP)["spec"]["template"]["spec"]
+    (server,) = pod["containers"]
+    assert "initContainers" not in pod  # no engine build: the networks run in Python-backend instances
+    assert server["image"] == f"REGISTRY/{compose['services']['triton-gpu']['image']}"
+    assert server["args"] == compose["services"]["triton-gpu"]["command"]
+    assert server["resources"]["limits"]["nvidia.com/gpu"] == 1
+    (env,) = server["env"]
+    assert env["name"] == ADMIN_KEY_ENV and env["valueFrom"]["secretKeyRef"] == {
+        "name": "tritonprep-admin",
+        "key": "key",
+    }
+    assert pod["securityContext"]["runAsUser"] == 1000 and pod["securityContext"]["runAsNonRoot"] is True
+    assert server["securityContext"]["readOnlyRootFilesystem"] is True
+    assert server["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    mounts = {m["mountPath"]: m["name"] for m in server["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory"
+    assert "medium" not in volumes[mounts["/tmp"]]["emptyDir"]  # the compose tmpfs, executable
+    for probe, path in (("startupProbe", "ready"), ("readinessProbe", "ready"), ("livenessProbe", "live")):
+        assert server[probe]["httpGet"] == {"path": f"/v2/health/{path}", "port": "http"}
+
+
+@pytest.mark.parametrize("path", [K8S, K8S_PIP], ids=lambda p: p.name)
+def test_k8s_service_exposes_the_three_ports(path):
+    service = next(d for d in k8s_docs(path) if d["kind"] == "Service")
+    deployment = k8s_deployment(path)
     assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
     assert {p["name"]: p["port"] for p in service["spec"]["ports"]} == {"http": 8000, "grpc": 8001, "metrics": 8002}
+
+
+@pytest.mark.parametrize("path", [K8S, K8S_PIP], ids=lambda p: p.name)
+def test_k8s_metrics_are_scraped_and_the_fleet_scales_on_queue_time(path):
+    """Prometheus scrapes :8002/metrics through the pod annotations; the HPA scales the Deployment on
+    avg_time_queue_us, the per-pod custom metric the Prometheus adapter makes of Triton's
+    nv_inference_queue_duration_us and nv_inference_request_success (the rule is in the file's header)."""
+    deployment = k8s_deployment(path)
+    template = deployment["spec"]["template"]
+    (server,) = template["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in server["ports"]}
+    assert template["metadata"]["annotations"] == {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(ports["metrics"]),
+        "prometheus.io/path": "/metrics",
+    }
+    (hpa,) = [d for d in k8s_docs(path) if d["kind"] == "HorizontalPodAutoscaler"]
+    assert hpa["apiVersion"] == "autoscaling/v2"
+    target = hpa["spec"]["scaleTargetRef"]
+    assert (target["kind"], target["name"]) == ("Deployment", deployment["metadata"]["name"])
+    assert 1 <= hpa["spec"]["minReplicas"] < hpa["spec"]["maxReplicas"]
+    (metric,) = hpa["spec"]["metrics"]
+    assert metric["type"] == "Pods" and metric["pods"]["metric"]["name"] == "avg_time_queue_us"
+    assert metric["pods"]["target"]["type"] == "AverageValue"
+    header = K8S.read_text().split("apiVersion:", 1)[0]  # the adapter rule, which tritonprep-pip.yaml refers to
+    for series in ("nv_inference_queue_duration_us", "nv_inference_request_success", 'as: "avg_time_queue_us"'):
+        assert series in header, series
+
+
+def test_k8s_mps_is_the_device_plugins_sharing():
+    (config_map,) = k8s_docs(DOCKER / "k8s" / "device-plugin-mps.yaml")
+    assert config_map["kind"] == "ConfigMap"
+    (plugin_config,) = config_map["data"].values()
+    (resource,) = yaml.safe_load(plugin_config)["sharing"]["mps"]["resources"]
+    assert resource["name"] == "nvidia.com/gpu" and resource["replicas"] >= 2
 
 
 # ---------------------------------------------------------------------------- the shell steps, run
@@ -590,18 +813,33 @@ def test_perf_input_data_serializes_each_image_as_one_bytes_element(tmp_path, jp
 
 
 # ---------------------------------------------------------------------------- the deployment page's commands
-def test_documented_container_commands_name_real_files_services_and_settings(raw_compose):
+def test_documented_container_commands_name_real_files_services_profiles_and_settings(raw_compose):
     section = (ROOT / "docs" / "deployment.md").read_text().split("\n## Containers\n", 1)[1].split("\n## ", 1)[0]
     commands = "\n".join(re.findall(r"```bash\n(.*?)```", section, re.S))
     assert "docker compose -f docker/compose.yaml up -d --build" in commands
-    services = set(raw_compose["services"])
-    for name in re.findall(r"docker compose -f docker/compose.yaml (?:logs|--profile perf run --rm) (\S+)", commands):
+    services = raw_compose["services"]
+    for name in re.findall(
+        r"docker compose -f docker/compose.yaml (?:logs|--profile \w+ --profile perf run --rm) (\S+)", commands
+    ):
         assert name in services, name
+    profiles = {p for s in services.values() for p in s["profiles"]}
+    for profile in re.findall(r"--profile (\w+)", commands) + re.findall(r"COMPOSE_PROFILES=(\w+)", commands):
+        assert profile in profiles, profile
+    # every image choice has its commands: the printf that writes docker/.env names the profile
+    assert set(re.findall(r"COMPOSE_PROFILES=(\w+)", commands)) == {"ngc", "cpu"}
     compose_text = COMPOSE.read_text()
-    written = re.findall(r"([A-Z][A-Z_]+)=%s", commands)  # what the printf writes into docker/.env
-    assert set(written) == {"TRITON_ADMIN_KEY", "PERF_UID", "PERF_GID"}
+    written = set(re.findall(r"([A-Z][A-Z_]+)=%s", commands))  # what the printf writes into docker/.env
+    assert written == {"TRITON_ADMIN_KEY", "PERF_UID", "PERF_GID"}
     for var in written:
         assert "${" + var in compose_text, var
-    for path in set(re.findall(r"\b((?:docker|scripts)/[\w./-]+)", commands)):
+    for path in set(re.findall(r"\b((?:docker|scripts|tests)/[\w./-]+)", section)):
         if path not in ("docker/.env", "docker/perf/classify.csv"):
             assert (ROOT / path).exists(), path
+    # every setting the compose file reads is in the settings table, and the table names no other
+    table = set(re.findall(r"^\| `([A-Z_]+)`(?:, `([A-Z_]+)`)*(?:, `([A-Z_]+)`)?", section, re.M))
+    documented = {v for row in table for v in row if v} | set(
+        re.findall(r"`(TRITON_(?:HTTP|GRPC|METRICS)_PORT|PERF_[UG]ID)`", section)
+    )
+    read = set(re.findall(r"\$\{([A-Z_]+)", compose_text)) - {"CUDA_MPS_PIPE_DIRECTORY"}
+    assert read <= documented, sorted(read - documented)
+    assert documented - {"COMPOSE_PROFILES"} <= read, sorted(documented - read)
