@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
+from ..memory import instance_budget_mb
 from ..parameters import check_choice
 from .options import EXECUTORS, DecoderOptions, Limits
 from .outputs import OutputSpec
@@ -31,9 +32,13 @@ class PreprocessConfig:
     cpu_threads: int = 0
     decoding: DecoderOptions = field(default_factory=DecoderOptions)
     limits: Limits = field(default_factory=Limits)
+    #: the most GPU memory one GPU instance may hold (the parameter's text, tritonprep.memory; "": no cap)
+    gpu_memory_mb: str = ""
 
     def __post_init__(self) -> None:
         check_choice("executor", self.executor, EXECUTORS)
+        if self.gpu_memory_mb:
+            instance_budget_mb(self.gpu_memory_mb)  # a malformed budget fails the load, not the first GPU use
         if self.cpu_threads < 0:
             raise ConfigError(f"cpu_threads must be >= 0, got {self.cpu_threads}")
         if not self.outputs:
