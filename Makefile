@@ -7,7 +7,8 @@
 #   make test-compose - the container deployment for real: docker/compose.yaml's cpu profile built, started,
 #                  used over gRPC and HTTP and removed, on a private Docker daemon (tests/compose/run.sh; root)
 #   make model   - export EfficientNet-Lite0 to model_repository/classifier/1/model.onnx and its pooled
-#                  features (the embedder) to model_repository/embedder/1/model.onnx
+#                  features (the embedder) to model_repository/embedder/1/model.onnx, each with its
+#                  FP16 variant model.fp16.onnx beside it
 PYTHON      ?= python3
 VENV        ?= .venv
 EXPORT_VENV ?= .venv-export
@@ -17,6 +18,7 @@ PIP_FLAGS   ?= -q --disable-pip-version-check
 ONNX        := model_repository/classifier/1/model.onnx
 ONNX_FP16   := model_repository/classifier/1/model.fp16.onnx
 EMBED_ONNX  := model_repository/embedder/1/model.onnx
+EMBED_FP16  := model_repository/embedder/1/model.fp16.onnx
 PYTEST_ARGS ?=
 # The classifier's ONNX Runtime: auto (where nvidia-smi lists a GPU, the GPU build for CUDA 13, or for
 # CUDA 12 on Python < 3.11, which onnxruntime-gpu's CUDA 13 wheels do not support; else the CPU build),
@@ -47,12 +49,12 @@ $(EXPORT_VENV)/.installed: pyproject.toml
 $(ONNX) $(ONNX_FP16) &: scripts/export_classifier.py scripts/onnx_export.py | $(EXPORT_VENV)/.installed
 	$(EXPORT_VENV)/bin/python -m scripts.export_classifier --output $(ONNX) && touch $(ONNX) $(ONNX_FP16)
 
-$(EMBED_ONNX): scripts/export_embedder.py scripts/onnx_export.py | $(EXPORT_VENV)/.installed
-	$(EXPORT_VENV)/bin/python -m scripts.export_embedder --output $@ && touch $@
+$(EMBED_ONNX) $(EMBED_FP16) &: scripts/export_embedder.py scripts/onnx_export.py | $(EXPORT_VENV)/.installed
+	$(EXPORT_VENV)/bin/python -m scripts.export_embedder --output $(EMBED_ONNX) && touch $(EMBED_ONNX) $(EMBED_FP16)
 
 setup: $(INSTALLED)
 
-model: $(ONNX) $(ONNX_FP16) $(EMBED_ONNX)
+model: $(ONNX) $(ONNX_FP16) $(EMBED_ONNX) $(EMBED_FP16)
 
 demo: setup model
 	$(VENV)/bin/python scripts/demo.py
@@ -80,6 +82,6 @@ test-compose: setup model
 	PYTHON=$(VENV)/bin/python bash tests/compose/run.sh
 
 clean:
-	rm -rf $(VENV) $(EXPORT_VENV) $(ONNX) $(ONNX).json $(ONNX_FP16) $(EMBED_ONNX) $(EMBED_ONNX).json
+	rm -rf $(VENV) $(EXPORT_VENV) $(ONNX) $(ONNX).json $(ONNX_FP16) $(EMBED_ONNX) $(EMBED_ONNX).json $(EMBED_FP16)
 	rm -rf model_repository/*/1/*.plan model_repository/*/1/*.plan.* model_repository/*/1/timing.cache* \
 		model_repository/*/1/ort-trt-cache

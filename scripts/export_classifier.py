@@ -27,7 +27,16 @@ from pathlib import Path
 
 import numpy as np
 
-from scripts.onnx_export import export_and_run, main, sample_photos, sha256, up_to_date, write_record
+from scripts.onnx_export import (
+    convert_fp16,
+    export_and_run,
+    fp16_path,
+    main,
+    sample_photos,
+    sha256,
+    up_to_date,
+    write_record,
+)
 
 log = logging.getLogger("export_classifier")
 
@@ -52,8 +61,8 @@ def export(output: Path, opset: int) -> None:
 
     model, weights = load_model()
     source = {"export_version": EXPORT_VERSION, "weights_sha256": sha256(weights), "opset": opset}
-    fp16_path = output.with_name(output.name.removesuffix(".onnx") + ".fp16.onnx")
-    if up_to_date(output, source, fp16_path):
+    fp16_file = fp16_path(output)
+    if up_to_date(output, source, fp16_file):
         log.info("%s is up to date (same weights and export version); nothing to do", output)
         return
 
@@ -73,24 +82,17 @@ def export(output: Path, opset: int) -> None:
             raise SystemExit(f"sanity check failed: chelsea/coffee classified as {top1}, expected a cat and espresso")
         fp16_diff = write_fp16(tmp_path, Path(tmp) / "model.fp16.onnx", x, got)
         tmp_path.replace(output)
-        (Path(tmp) / "model.fp16.onnx").replace(fp16_path)
+        (Path(tmp) / "model.fp16.onnx").replace(fp16_file)
     write_record(output, source, max_abs_diff_vs_torch=diff, fp16_max_abs_prob_diff=fp16_diff)
-    log.info("wrote %s (%.1f MB) and %s", output, output.stat().st_size / 1e6, fp16_path.name)
+    log.info("wrote %s (%.1f MB) and %s", output, output.stat().st_size / 1e6, fp16_file.name)
 
 
-def write_fp16(fp32_path: Path, fp16_path: Path, x: np.ndarray, fp32_logits: np.ndarray) -> float:
+def write_fp16(fp32_path: Path, fp16_file: Path, x: np.ndarray, fp32_logits: np.ndarray) -> float:
     """Write the FP16 variant (FP32 input and output) and check it against the FP32 model on ``x``.
 
     Returns the largest difference of softmax probabilities; raises SystemExit if the top-1 differs.
     """
-    import onnx
-    import onnxruntime as ort
-    from onnxruntime.transformers.float16 import convert_float_to_float16
-
-    model = convert_float_to_float16(onnx.load(str(fp32_path)), keep_io_types=True)
-    onnx.save(model, str(fp16_path))
-    session = ort.InferenceSession(str(fp16_path), providers=["CPUExecutionProvider"])
-    got = session.run(["logits"], {"input": x})[0]
+    got = convert_fp16(fp32_path, fp16_file, x, "logits")
 
     def softmax(z: np.ndarray) -> np.ndarray:
         e = np.exp(z - z.max(axis=1, keepdims=True))

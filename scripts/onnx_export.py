@@ -81,6 +81,24 @@ def export_and_run(model: Any, x: np.ndarray, onnx_path: Path, output_name: str,
     return session.run([output_name], {"input": x})[0]
 
 
+def fp16_path(output: Path) -> Path:
+    """The FP16 variant beside an exported ONNX file (``model.fp16.onnx``), which the GPU runtimes run by default."""
+    return output.with_name(output.name.removesuffix(".onnx") + ".fp16.onnx")
+
+
+def convert_fp16(fp32_path: Path, fp16_file: Path, x: np.ndarray, output_name: str) -> np.ndarray:
+    """Write the FP16 variant of ``fp32_path`` (FP16 weights and math, FP32 input and output: ONNX Runtime's
+    float16 converter) to ``fp16_file``; return ONNX Runtime's output of it on ``x`` (the caller checks it)."""
+    import onnx
+    import onnxruntime as ort
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    model = convert_float_to_float16(onnx.load(str(fp32_path)), keep_io_types=True)
+    onnx.save(model, str(fp16_file))
+    session = ort.InferenceSession(str(fp16_file), providers=["CPUExecutionProvider"])
+    return session.run([output_name], {"input": x})[0]
+
+
 def write_record(output: Path, source: dict[str, Any], **figures: float) -> None:
     """Write the record beside ``output``: what it was made from, its hash and the checks' figures."""
     record = {"source": source, "onnx_sha256": sha256(output), **figures}

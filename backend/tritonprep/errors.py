@@ -56,6 +56,11 @@ class LimitExceeded(ImageError):
     reason = "limit"
 
 
+class ResourceExhausted(PreprocessError):
+    """A batch needs more memory than the instance may hold (its ``gpu_memory_mb``); the instance stays
+    healthy: the batch is retried request by request, and a request that alone does not fit fails."""
+
+
 class InstanceFailed(PreprocessError):
     """A model instance hit an unrecoverable error (e.g. a CUDA illegal address) and must be restarted.
 

@@ -17,11 +17,6 @@ from typing import Any
 
 from .errors import ConfigError
 
-#: parameters that the embedded launcher reads from a GPU model's config, not the model: ``gpu_memory_mb``, the
-#: most GPU memory one instance may hold (tritonprep.launcher.budget plans instance counts with it and writes the
-#: chosen value into the config it serves). A model's parameter parsing accepts them.
-LAUNCHER_PARAMETERS = frozenset({"gpu_memory_mb"})
-
 #: how a parameter's text is read: ``read(name, text) -> value`` (raises ConfigError naming the parameter)
 Reader = Callable[[str, str], Any]
 

@@ -24,7 +24,9 @@ import numpy as np
 
 from .errors import ClientError, ServerUnavailable
 
-IMAGE_SUFFIXES = frozenset((".jpg", ".jpeg", ".jpe", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"))
+IMAGE_SUFFIXES = frozenset(
+    (".jpg", ".jpeg", ".jpe", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff", ".jp2", ".j2k", ".j2c", ".jpf")
+)
 
 
 #: the embedder's network input in analyze (its provenance is left out of classify --verbose)
@@ -43,7 +45,7 @@ def expand_paths(paths: Sequence[str]) -> list[tuple[str, Path | None, str | Non
         if p.is_dir():
             files = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in IMAGE_SUFFIXES)
             if not files:
-                items.append((arg, None, "folder holds no image files (.jpg .png .webp .bmp .gif .tiff)"))
+                items.append((arg, None, "folder holds no image files (.jpg .png .webp .bmp .gif .tiff .jp2)"))
             items.extend((str(f), f, None) for f in files)
         elif p.is_file():
             items.append((arg, p, None))

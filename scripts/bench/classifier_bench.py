@@ -3,7 +3,10 @@
     python -m scripts.bench.classifier_bench ort  --out ort.json     # ONNX Runtime CUDA EP variants
     python -m scripts.bench.classifier_bench dali --out dali.json --images DIR   # DALI -> the same ORT runtime
         [--dali-best '{"batch": 128, "threads": 4, "hw_decoder_load": 0.9, "prefetch": 1}']
-    python -m scripts.bench.classifier_bench memory --out mem.json  # GPU memory by batch buckets
+    python -m scripts.bench.classifier_bench memory --out mem.json  # GPU memory and start time by option
+        [--buckets "1,2,4,8,16,32,64,128,256;1,8,32,64"] [--conv-algo-search heuristic,exhaustive]
+        [--max-workspace 0,1] [--arena same_as_requested,next_power_of_two] [--gpu-memory-mb 2200]
+        [--cache off|cold-warm] [--network classifier|embedder]
 
 ``ort`` runs tritonprep's :class:`~tritonprep.classifier.ort_cuda.OrtCudaRuntime` in each configuration
 (FP32/FP16, NCHW/NHWC, with and without CUDA graphs) at batch 1, 8, 64 and 256 with the input
@@ -12,11 +15,23 @@ the pipeline a user would hand-roll: DALI's mixed decode + resize + crop + norma
 runtime in one process, in the configuration ``--dali-best`` names (``best`` of ``scripts.bench.dali_bench``'s
 JSON) or else in three fixed ones. The network ceiling in PyTorch is
 ``scripts/bench/torch_ceiling.py`` (it needs the GPU machine's own torch). One JSON row per line.
+
+``memory`` loads one instance's network (FP16, NHWC, CUDA graphs) in a fresh process for each
+combination of the ONNX Runtime CUDA EP options that decide memory and start time
+(:mod:`tritonprep.classifier.ort_options`; comma lists, every combination of them): the batch bucket
+sets (``;``-separated), ``cudnn_conv_algo_search``, ``cudnn_conv_use_max_workspace`` and
+``arena_extend_strategy``, optionally under a ``gpu_memory_mb`` budget; each row has the load time
+and its phases (``timings``: sessions and graph captures per bucket), the device memory the runtime
+took, the process's GPU memory (nvidia-smi) and b64 images/s. ``--cache cold-warm`` loads each
+combination twice, the second time from the optimized models the first kept (the start-up cache,
+:mod:`tritonprep.cache`), so the rows show what the cache saves. ``ort`` takes the same option flags
+(the first value of each).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import statistics
@@ -54,7 +69,7 @@ def timed(fn: Any, seconds: float, min_reps: int = 20) -> list[float]:
     return times
 
 
-def ort_rows(seconds: float) -> list[dict[str, Any]]:
+def ort_rows(seconds: float, ep: Any = None) -> list[dict[str, Any]]:
     import cupy as cp
 
     from tritonprep.classifier.ort_cuda import OrtCudaRuntime
@@ -64,7 +79,9 @@ def ort_rows(seconds: float) -> list[dict[str, Any]]:
     rng = np.random.default_rng(0)
     for label, precision, nhwc, graphs in VARIANTS:
         t0 = time.perf_counter()
-        rt = OrtCudaRuntime(model_file(ONNX, precision), DIMS, buckets=BATCHES, nhwc=nhwc, cuda_graphs=graphs)
+        rt = OrtCudaRuntime(
+            model_file(ONNX, precision), DIMS, buckets=BATCHES, nhwc=nhwc, cuda_graphs=graphs, ep_options=ep
+        )
         load_s = time.perf_counter() - t0
         for b in BATCHES:
             x = cp.asarray(rng.standard_normal((b, *DIMS), dtype=np.float32))
@@ -78,20 +95,21 @@ def ort_rows(seconds: float) -> list[dict[str, Any]]:
                     "latency_ms": round(med * 1e3, 3),
                     "images_per_s": round(b / med),
                     "load_s": round(load_s, 1),
+                    "ep_options": rt.ep_options.describe(),
                 }
             )
             log.info("%-40s b%-4d %7.3f ms  %8.0f img/s", label, b, med * 1e3, b / med)
+        rt.close()
         del rt
     return rows
 
 
-#: (label, batch buckets, cuDNN max workspace) of the memory rows
-MEMORY_VARIANTS = [
-    ("buckets 1..256, max workspace", (1, 2, 4, 8, 16, 32, 64, 128, 256), True),
-    ("buckets 1..64, max workspace", (1, 2, 4, 8, 16, 32, 64), True),
-    ("buckets 1..64, small workspace", (1, 2, 4, 8, 16, 32, 64), False),
-    ("buckets 1,8,32,64, small workspace", (1, 8, 32, 64), False),
-]
+#: the networks the memory mode can load (the exported ONNX files of ``make model``)
+NETWORKS = {
+    "classifier": ONNX,
+    "embedder": Path(__file__).resolve().parents[2] / "model_repository" / "embedder" / "1" / "model.onnx",
+}
+DEFAULT_BUCKET_SETS = "1,2,4,8,16,32,64,128,256;1,8,32,64"
 
 
 def _process_gpu_mib(pid: int) -> int:
@@ -109,40 +127,84 @@ def _process_gpu_mib(pid: int) -> int:
     return -1
 
 
-def _memory_row(label: str, buckets: tuple[int, ...], workspace: bool, seconds: float) -> dict[str, Any]:
+def _memory_row(
+    network: str, buckets: tuple[int, ...], ep: dict[str, Any], budget: int | None, cache_dir: str, seconds: float
+) -> dict[str, Any]:
+    """One instance's network loaded with ``ep`` (CudaEpOptions' fields) in this (fresh) process: its load time and
+    phases, its device memory, its b64 throughput."""
     import os
 
+    os.environ["TRITONPREP_CACHE_DIR"] = cache_dir  # "off", or a folder shared by a cold and a warm load
     import cupy as cp
 
     from tritonprep.classifier.ort_cuda import OrtCudaRuntime
+    from tritonprep.classifier.ort_options import CudaEpOptions
     from tritonprep.classifier.runtimes import model_file
 
+    warm = cache_dir != "off" and any(Path(cache_dir).rglob("*.onnx"))  # kept by a cold load before this one
     cp.cuda.Device(0).use()
     free0, _ = cp.cuda.runtime.memGetInfo()
-    rt = OrtCudaRuntime(model_file(ONNX, "fp16"), DIMS, buckets=buckets, nhwc=True, conv_max_workspace=workspace)
+    options = CudaEpOptions(**ep)
+    t0 = time.perf_counter()
+    rt = OrtCudaRuntime(
+        model_file(NETWORKS[network], "fp16"),
+        DIMS,
+        buckets=buckets,
+        nhwc=True,
+        ep_options=options,
+        gpu_memory_mb=budget,
+    )
+    load_s = time.perf_counter() - t0
     x = cp.asarray(np.random.default_rng(0).standard_normal((64, *DIMS), dtype=np.float32))
     med = statistics.median(timed(lambda: rt.infer(x), seconds))
     free1, _ = cp.cuda.runtime.memGetInfo()
-    return {
-        "kind": "classifier_memory",
-        "config": f"onnxruntime-gpu FP16 NHWC graphs, {label}",
+    row = {
+        "kind": f"{network}_memory",
+        "config": f"onnxruntime-gpu FP16 NHWC graphs, buckets {','.join(map(str, buckets))}, {options.describe()}",
+        "buckets": list(buckets),
+        **{k: v for k, v in ep.items()},
+        "gpu_memory_mb": budget,
+        "arena_caps_mb": rt.session_caps_mb,
+        "cache": "off" if cache_dir == "off" else ("warm" if warm else "cold"),
+        "load_s": round(load_s, 2),
+        "timings": {k: round(v, 3) for k, v in rt.timings.items()},
         "batch": 64,
         "images_per_s": round(64 / med),
         "latency_ms": round(med * 1e3, 3),
         "device_mib_used_by_runtime": round((free0 - free1) / 2**20),
         "process_gpu_mib": _process_gpu_mib(os.getpid()),
     }
+    rt.close()
+    return row
 
 
-def memory_rows(seconds: float) -> list[dict[str, Any]]:
-    """GPU memory of one classifier instance's runtime by bucket set and cuDNN workspace, each in a fresh process."""
+def option_grid(args: argparse.Namespace) -> list[tuple[tuple[int, ...], dict[str, Any]]]:
+    """Every combination of the bucket sets and ONNX Runtime options the command line names."""
+    bucket_sets = [tuple(int(b) for b in part.split(",") if b.strip()) for part in args.buckets.split(";") if part]
+    return [
+        (buckets, {"conv_algo_search": algo, "conv_max_workspace": ws, "arena_extend_strategy": arena})
+        for buckets, algo, ws, arena in itertools.product(
+            bucket_sets, args.conv_algo_search, args.max_workspace, args.arena
+        )
+    ]
+
+
+def memory_rows(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """GPU memory and start time of one instance's network for every combination of the options, each load in a
+    fresh process (with ``--cache cold-warm``, twice: without, then with the optimized models the first kept)."""
+    import tempfile
+
     from scripts.bench.decode_grid import isolated
 
     rows = []
-    for label, buckets, workspace in MEMORY_VARIANTS:
-        row = isolated(_memory_row, label, buckets, workspace, seconds)
-        log.info("%s", row)
-        rows.append(row)
+    for buckets, ep in option_grid(args):
+        with tempfile.TemporaryDirectory(prefix="tritonprep-cache-") as folder:
+            for cache_dir in ["off"] if args.cache == "off" else [folder, folder]:
+                row = isolated(
+                    _memory_row, args.network, buckets, ep, args.gpu_memory_mb, cache_dir, args.seconds, timeout=900
+                )
+                log.info("%s", row)
+                rows.append(row)
     return rows
 
 
@@ -221,12 +283,50 @@ def main(argv: list[str] | None = None) -> int:
         type=json.loads,
         help="dali: JSON of dali_bench's best row (batch, threads, hw_decoder_load, prefetch)",
     )
+
+    def words(text: str) -> list[str]:
+        return [w.strip().lower() for w in text.split(",") if w.strip()]
+
+    parser.add_argument("--network", choices=sorted(NETWORKS), default="classifier", help="memory: which network")
+    parser.add_argument(
+        "--buckets", default=DEFAULT_BUCKET_SETS, help="memory: bucket sets, ';'-separated (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--conv-algo-search",
+        type=words,
+        default=["heuristic"],
+        help="cudnn_conv_algo_search values, comma list of heuristic, exhaustive, default (default: heuristic)",
+    )
+    parser.add_argument(
+        "--max-workspace",
+        type=lambda t: [w == "1" or w == "true" for w in words(t)],
+        default=[False],
+        help="cudnn_conv_use_max_workspace values, comma list of 0 and 1 (default: 0)",
+    )
+    parser.add_argument(
+        "--arena",
+        type=words,
+        default=["same_as_requested"],
+        help="arena_extend_strategy values, comma list of same_as_requested, next_power_of_two",
+    )
+    parser.add_argument("--gpu-memory-mb", type=int, help="memory: an instance budget spread over the arenas")
+    parser.add_argument(
+        "--cache",
+        choices=["off", "cold-warm"],
+        default="off",
+        help="memory: without the start-up cache, or each load twice: cold, then from the optimized models it kept",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     if args.what == "memory":
-        rows = memory_rows(args.seconds)
+        rows = memory_rows(args)
+    elif args.what == "ort":
+        from tritonprep.classifier.ort_options import CudaEpOptions
+
+        ep = CudaEpOptions(args.conv_algo_search[0], args.max_workspace[0], args.arena[0])
+        rows = ort_rows(args.seconds, ep)
     else:
-        rows = ort_rows(args.seconds) if args.what == "ort" else dali_rows(args.images, args.seconds, args.dali_best)
+        rows = dali_rows(args.images, args.seconds, args.dali_best)
     args.out.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     return 0
 

@@ -7,7 +7,8 @@
 #   STEPS (comma list, in this order):
 #     tests       the GPU test suite (tests/gpu) and the e2e classify tests against the GPU-backed server
 #     grid        nvImageCodec settings side by side (python -m scripts.bench.decode_grid)
-#     memory      the classifier runtime's GPU memory by batch buckets and cuDNN workspace (classifier_bench memory)
+#     memory      the classifier runtime's GPU memory and start time by batch buckets and ONNX Runtime options
+#                 (classifier_bench memory; MEMORY_ARGS adds its flags, e.g. "--conv-algo-search heuristic,exhaustive")
 #     classifier  the classifier alone: ONNX Runtime CUDA EP variants, and the PyTorch ceiling with the
 #                 machine's own torch (python -m scripts.bench.classifier_bench ort; scripts/bench/torch_ceiling.py)
 #     startstop   the default GPU repository started $STARTS times (default 3) through the launcher: launch to ready,
@@ -19,7 +20,7 @@
 #   (results.md is rebuilt from all of it; BENCH_FRESH=1 starts it over).
 #   After each step, python -m scripts.leftovers checks that no tritonprep process, /dev/shm region, CUDA context
 #   or GPU memory above the baseline taken before the first step is left ($OUT/leftovers.txt: "clean" or "LEFTOVERS").
-#   TEST_FILES, TEST_TIMEOUT, PHASES, HARNESS_ARGS (split on spaces: no quotes inside), DALI_ARGS (the harness's
+#   TEST_FILES, TEST_TIMEOUT, MEMORY_ARGS, MEMORY_TIMEOUT, PHASES, HARNESS_ARGS (split on spaces: no quotes inside), DALI_ARGS (the harness's
 #   --dali-args, spaces allowed), SOAK_SECONDS, BENCH_TIMEOUT, STARTS, STARTSTOP_ARGS, STARTSTOP_TIMEOUT,
 #   BENCH_FRESH, BENCH_SEED (a carried folder with rows.json and summary.json): knobs of the steps above.
 #   Files back (at most 8): pytest-gpu.txt, grid.json, memory.jsonl, classifier.jsonl, results.md, summary.json,
@@ -27,6 +28,7 @@
 #
 # Wheels (staged with ../shared/device/stage-wheels, one device call per batch):
 #   'nvidia-pytriton==0.7.0' 'cupy-cuda13x==13.6.0' fastrlock 'numpy==1.26.4' 'nvidia-nvimgcodec-cu13==0.9.0.20'
+#   'nvidia-nvjpeg2k-cu13==0.11.0.51' 'nvidia-nvtiff-cu13==0.8.0.82' (nvImageCodec's JPEG 2000 and TIFF GPU decoders)
 #   'perf-analyzer==2.60.0' 'tritonclient==2.73.0' python-rapidjson grpcio 'protobuf>=6.30,<7' typing_extensions
 #   packaging urllib3 'pillow==12.0.0' pytest pluggy iniconfig pytest-timeout 'onnxruntime-gpu==1.31.1' flatbuffers
 #   geventhttpclient gevent greenlet zope.event zope.interface certifi brotli
@@ -34,7 +36,7 @@
 #   'opencv-python-headless==4.10.0.84' (the cv2_linear tests compare the kernel with OpenCV itself)
 #   and for DALI: 'nvidia-dali-cuda130==2.4.0' 'nvidia-libnvcomp-cu13==5.3.0.16' astunparse gast six optree makefun
 #   'libcst~=1.8' pyyaml nvtx
-# Carry model_repository/classifier/1/model.onnx, model.fp16.onnx and model_repository/embedder/1/model.onnx
+# Carry model_repository/classifier/1/model.onnx, model.fp16.onnx and model_repository/embedder/1/model.onnx, model.fp16.onnx
 # (make model; the server loads them) and .photos (python -m scripts.bench_images --export-photos --out .photos)
 # in the first call that runs this script; later calls on the same warm machine restore them from /tmp/carry.
 set -uo pipefail
@@ -52,7 +54,7 @@ export TRITONPREP_PHOTOS=${TRITONPREP_PHOTOS:-$PWD/.photos} PYTHONUNBUFFERED=1 G
 # carried paths exist only in the call that names them: keep a copy in /tmp/carry (it lives while the machine is warm)
 for f in model_repository/classifier/1/model.onnx model_repository/classifier/1/model.fp16.onnx \
          model_repository/classifier/1/model.onnx.json model_repository/embedder/1/model.onnx \
-         model_repository/embedder/1/model.onnx.json .photos; do
+         model_repository/embedder/1/model.fp16.onnx model_repository/embedder/1/model.onnx.json .photos; do
   if [ -e "$f" ]; then mkdir -p "/tmp/carry/$(dirname "$f")" && cp -r "$f" "/tmp/carry/$(dirname "$f")/"
   elif [ -e "/tmp/carry/$f" ]; then cp -r "/tmp/carry/$f" "$(dirname "$f")/"
   else echo "WARNING: $f is missing: carry it (make model; python -m scripts.bench_images --export-photos --out .photos)"; fi
@@ -81,7 +83,9 @@ if step grid; then
   leftovers grid
 fi
 if step memory; then
-  timeout 240 python3 -m scripts.bench.classifier_bench memory --out /tmp/steps/memory.jsonl > /tmp/steps/memory.log 2>&1
+  # shellcheck disable=SC2086  # MEMORY_ARGS is split on spaces on purpose
+  timeout ${MEMORY_TIMEOUT:-540} python3 -m scripts.bench.classifier_bench memory --out /tmp/steps/memory.jsonl ${MEMORY_ARGS:-} \
+    > /tmp/steps/memory.log 2>&1
   echo "memory rc=$?"; cat /tmp/steps/memory.jsonl; tail -3 /tmp/steps/memory.log
   cp /tmp/steps/memory.jsonl "$OUT/" 2>/dev/null
   leftovers memory

@@ -216,6 +216,13 @@ def build() -> list[Item]:
         0,
     )
     ok("valid/tiff-16bit-gray", encode(Image.fromarray(g16), "TIFF"), np.repeat(gray[..., None], 3, 2), 0)
+    ok("valid/tiff-gray", encode(gray, "TIFF", compression="tiff_lzw"), np.repeat(gray[..., None], 3, 2), 0)
+    # JPEG 2000: a JP2 file and a bare J2K codestream (lossless: Pillow's default), a lossy one, a gray one
+    j2k = encode(cat, "JPEG2000", no_jp2=True)
+    ok("valid/jpeg2000-jp2", encode(cat, "JPEG2000"), cat, 0)
+    ok("valid/jpeg2000-j2k", j2k, cat, 0)
+    ok("valid/jpeg2000-lossy", encode(coffee, "JPEG2000", quality_mode="rates", quality_layers=[20]), coffee, 12)
+    ok("valid/jpeg2000-gray", encode(gray, "JPEG2000", no_jp2=True), np.repeat(gray[..., None], 3, 2), 0)
     flt = gray.astype(np.float32) / 255.0
     ok(
         "valid/tiff-float",
@@ -350,6 +357,9 @@ def build() -> list[Item]:
         np.zeros((4000, 4000, 3), np.uint8),
         0,
     )
+    err("bomb/jpeg2000-siz-100000x100000", j2k_set_size(j2k, 100_000, 100_000), LimitExceeded)
+    err("bomb/jpeg2000-siz-0x0", j2k_set_size(j2k, 0, 0), ImageError)
+    err("bomb/jp2-100000x100000", jp2_set_size(encode(cat, "JPEG2000"), 100_000, 100_000), LimitExceeded)
     err("bomb/bmp-header-100000x100000", bmp_set_size(encode(rocket, "BMP"), 100_000, 100_000), LimitExceeded)
     err("bomb/bmp-header-0-width", bmp_set_size(encode(rocket, "BMP"), 0, 300), ImageError)
     err("bomb/webp-canvas-16384x16384", webp_vp8x(16384, 16384), LimitExceeded)
@@ -371,6 +381,8 @@ def build() -> list[Item]:
         ("bmp", encode(rocket, "BMP")),
         ("tiff", tiff),
         ("tiff-lzw", encode(cat, "TIFF", compression="tiff_lzw")),
+        ("jpeg2000-j2k", j2k),
+        ("jpeg2000-jp2", encode(cat, "JPEG2000")),
     ):
         n = len(data)
         cuts = sorted(
@@ -390,6 +402,7 @@ def build() -> list[Item]:
         ("webp", encode(coffee, "WEBP", quality=90), (200, 300)),
         ("bmp", encode(rocket, "BMP"), (300, 200)),
         ("tiff", tiff, (240, 320)),
+        ("jpeg2000", j2k, (240, 320)),
     ):
         head = min(len(data) // 4, 700 if fmt.startswith("jpeg") else 120)
         for k in range(12):
@@ -415,6 +428,21 @@ def tiff_set_size(data: bytes, width: int, height: int) -> bytes:
             else:
                 struct.pack_into("<I", b, entry + 8, value)
     return bytes(b)
+
+
+def j2k_set_size(data: bytes, width: int, height: int, at: int = 0) -> bytes:
+    """A JPEG 2000 codestream (starting at byte ``at``) whose SIZ marker announces ``width`` x ``height``."""
+    b = bytearray(data)
+    struct.pack_into(">IIII", b, at + 8, width, height, 0, 0)  # Xsiz, Ysiz, XOsiz, YOsiz
+    return bytes(b)
+
+
+def jp2_set_size(data: bytes, width: int, height: int) -> bytes:
+    """A JP2 file written by Pillow whose ihdr box and codestream both announce ``width`` x ``height``."""
+    b = bytearray(data)
+    ihdr = b.index(b"ihdr")
+    struct.pack_into(">II", b, ihdr + 4, height, width)
+    return j2k_set_size(bytes(b), width, height, b.index(b"jp2c") + 4)
 
 
 def bmp_set_size(data: bytes, width: int, height: int) -> bytes:

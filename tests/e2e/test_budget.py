@@ -71,12 +71,14 @@ def test_the_chosen_counts_and_buckets_are_what_the_model_loads_with(
 
 
 def test_the_real_repository_serves_through_its_copy(tmp_path, fake_gpu, jpegs):
-    """Every shipped model loads from the served copy (CPU configs: nothing to plan, everything linked) and
-    classify_fused still finds the classifier's network beside it."""
-    fake_gpu(8000)
+    """Every shipped model loads from the served copy (the CPU configs: each model that declares gpu_memory_mb
+    gets its rewritten config, the rest is linked) and classify_fused still finds the classifier's network
+    beside it."""
+    fake_gpu(80000)
     with running_server(tmp_path / "tritonserver.log", gpu_memory_budget="auto") as (server, _):
-        assert server.plan is not None and server.plan.choices == ()
-        assert "no GPU model declares gpu_memory_mb" in server.plan.describe()
+        assert server.plan is not None
+        assert [c.model for c in server.plan.choices] == ["classifier", "classify_fused", "embedder", "preprocess"]
+        assert not any(c.changed for c in server.plan.choices), server.plan.describe()
         assert all(server.model_states().values())
         import tritonclient.grpc as grpcclient
 

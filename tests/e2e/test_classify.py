@@ -148,3 +148,59 @@ def test_the_servers_error_for_a_bad_image_names_its_index_and_reason(server, jp
                 assert str(e.value.status()) in ("StatusCode.INVALID_ARGUMENT", "400"), (model, e.value.status())
     finally:
         triton.close()
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_the_classifiers_own_top_k_answers_what_the_postprocess_step_did(server, jpegs, photos, protocol):
+    """Issue 24: ``classify`` is preprocess -> classifier, whose top-k (computed where the logits are) replaced
+    the postprocess step. Its answers equal the old path's: the same images' pixels through the classifier's
+    logits and the postprocess model, request by request, whichever protocol carries them."""
+    import importlib
+
+    from tritonprep_client.client import parse_url
+
+    module = importlib.import_module(f"tritonclient.{protocol}")
+    _, target = parse_url(server.options.grpc_url if protocol == "grpc" else server.options.http_url, protocol)
+    triton = module.InferenceServerClient(target)
+
+    def infer(model, name, array, outputs):
+        tensor = module.InferInput(name, list(array.shape), "BYTES" if array.dtype == object else "FP32")
+        tensor.set_data_from_numpy(array)
+        wanted = [module.InferRequestedOutput(o) for o in outputs]
+        result = triton.infer(model, [tensor], outputs=wanted)
+        return [result.as_numpy(o) for o in outputs]
+
+    small = encode(np.asarray(Image.fromarray(photos["astronaut"]).resize((150, 150))), "PNG")
+    try:
+        for images in ([jpegs["chelsea"]], [jpegs["coffee"], small, jpegs["rocket"], jpegs["chelsea"]]):
+            steps = [s["model_name"] for s in _ensemble_steps(server, triton, protocol, "classify")]
+            assert steps == ["preprocess", "classifier"], steps
+            scores, ids, labels = infer("classify", "IMAGE", _bytes(images), ["SCORES", "CLASS_IDS", "LABELS"])
+            [pixels] = infer("preprocess", "IMAGE", _bytes(images), ["PIXELS"])
+            [logits] = infer("classifier", "input", pixels, ["logits"])
+            old_scores, old_ids, old_labels = infer("postprocess", "LOGITS", logits, ["SCORES", "CLASS_IDS", "LABELS"])
+            assert ids.dtype == np.int32 and ids.shape == (len(images), 5)
+            np.testing.assert_array_equal(ids, old_ids)
+            np.testing.assert_array_equal(labels, old_labels)
+            np.testing.assert_allclose(scores, old_scores, rtol=1e-5, atol=1e-6)
+            # and the classifier answers its top-k to a client that asks it directly, beside the logits
+            own_ids, own_logits = infer("classifier", "input", pixels, ["CLASS_IDS", "logits"])
+            np.testing.assert_array_equal(own_ids, old_ids)
+            np.testing.assert_allclose(own_logits, logits, rtol=0, atol=0)
+    finally:
+        triton.close()
+
+
+def _bytes(images):
+    """A BYTES array [n, 1] of encoded images."""
+    return np.array([[x] for x in images], dtype=object)
+
+
+def _ensemble_steps(server, triton, protocol, model):
+    """The steps of ensemble ``model`` as the server reports its config (a restricted API: the admin header)."""
+    if protocol == "grpc":
+        config = triton.get_model_config(model, headers=server.grpc_admin_headers, as_json=True)
+    else:
+        config = triton.get_model_config(model, headers=server.admin_headers)
+    config = config.get("config", config)
+    return config["ensemble_scheduling"]["step"]

@@ -23,9 +23,10 @@ from tritonprep.errors import ServerError
 from tritonprep.launcher import mps, proctable
 from tritonprep.launcher.budget import TRITON_MB
 from tritonprep.launcher.process import EmbeddedServer
+from tritonprep.launcher.served import demand_of, read_models
 from tritonprep.launcher.supervise import stub_processes
 from tritonprep_testkit.leftovers import mps_of_host
-from tritonprep_testkit.servers import local_options, running_server, serve_command
+from tritonprep_testkit.servers import MODEL_REPOSITORY, local_options, running_server, serve_command
 
 #: a stop with nothing in flight takes at most this long
 STOP_S = 5.0
@@ -113,13 +114,14 @@ def test_serve_on_the_gpu_logs_its_summary_and_stops_cleanly(gpu_server_kit, tmp
 
 
 def test_a_budget_lowers_the_gpu_configs_counts_and_refuses_what_cannot_fit(gpu_server_kit, tmp_path, jpegs):
-    # one instance of each GPU model at its largest bucket, the classifier's included, and 300 MiB to spare
-    one_each = TRITON_MB + 512 + 1800 + 1600 + 1800 + 1600
+    # one instance of each GPU model at its largest bucket (as the shipped GPU configs declare), 300 MiB to spare
+    demands = [d for d in map(demand_of, read_models(MODEL_REPOSITORY, "gpu")) if d is not None]
+    one_each = TRITON_MB + 512 + sum(d.per_instance(d.steps()[0]) for d in demands)
     budget = f"{one_each + 300}M"
     with running_server(tmp_path / "tritonserver.log", gpu_memory_budget=budget) as (server, _):
         assert server.plan is not None
         counts = {c.model: c.count for c in server.plan.choices}
-        assert counts == {"preprocess": 1, "classifier": 1, "classify_fused": 1, "embedder": 1}, server.plan.describe()
+        assert counts == dict.fromkeys(["classifier", "classify_fused", "embedder", "preprocess"], 1), counts
         for model in counts:
             config = server.model_config(model)
             assert config is not None and config["instance_group"][0]["count"] == 1, (model, config)

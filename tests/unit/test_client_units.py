@@ -43,7 +43,7 @@ def test_expand_paths_lists_images_in_folders_and_reports_problems(tmp_path):
         ("T/a.JPG", None),
         ("T/sub/b.png", None),
         ("T/nope.jpg", "no such file or directory"),
-        ("T/empty", "folder holds no image files (.jpg .png .webp .bmp .gif .tiff)"),
+        ("T/empty", "folder holds no image files (.jpg .png .webp .bmp .gif .tiff .jp2)"),
     ]
 
 

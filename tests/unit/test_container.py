@@ -530,12 +530,14 @@ def test_container_config_agrees_with_the_embedded_config_and_the_preprocess_out
     cfg = load_config(REPO / "classifier" / "configs" / f"{config}.pbtxt")
     embedded = load_config(REPO / "classifier" / "config.pbtxt")
     assert cfg.name == embedded.name and cfg.max_batch_size == embedded.max_batch_size
-    assert list(cfg.input) == list(embedded.input) and list(cfg.output) == list(embedded.output)
+    # the container's classifier answers the logits alone; the embedded one its top-k too
+    assert list(cfg.input) == list(embedded.input) and [o.name for o in cfg.output] == ["logits"]
+    assert cfg.output[0] == next(o for o in embedded.output if o.name == "logits")
     assert cfg.platform == {"tensorrt": "tensorrt_plan", "onnxruntime": "onnxruntime_onnx"}[config]
     assert [g.kind for g in cfg.instance_group] == [model_config_pb2.ModelInstanceGroup.KIND_GPU]
     assert cfg.HasField("dynamic_batching")
     pre = load_config(REPO / "preprocess" / "config.pbtxt")
-    ensemble = load_config(REPO / "classify" / "config.pbtxt")
+    ensemble = load_config(REPO / "classify" / "configs" / f"{config}.pbtxt")
     pre_step, cls_step = (
         next(s for s in ensemble.ensemble_scheduling.step if s.model_name == n) for n in ("preprocess", "classifier")
     )
@@ -545,6 +547,32 @@ def test_container_config_agrees_with_the_embedded_config_and_the_preprocess_out
         inp = next(i for i in cfg.input if i.name == model_input)
         assert (out.data_type, list(out.dims)) == (inp.data_type, list(inp.dims))
     assert cfg.max_batch_size >= pre.max_batch_size
+
+
+@pytest.mark.parametrize("ensemble", ["classify", "analyze"])
+@pytest.mark.parametrize("config", ["tensorrt", "onnxruntime"])
+def test_a_logits_only_classifier_gets_ensembles_with_the_postprocess_step(config, ensemble):
+    """--model-config-name=<config> serves the logits-only classifier: classify and analyze then take the
+    configs/<config>.pbtxt beside them, the embedded ensemble with the postprocess step between the classifier
+    and the outputs; everything else (inputs, outputs, the other steps) is the embedded one's."""
+    embedded = load_config(REPO / ensemble / "config.pbtxt")
+    container = load_config(REPO / ensemble / "configs" / f"{config}.pbtxt")
+    classifier = load_config(REPO / "classifier" / "configs" / f"{config}.pbtxt")
+    postprocess = load_config(REPO / "postprocess" / "config.pbtxt")
+    assert (container.name, list(container.input), list(container.output)) == (
+        embedded.name, list(embedded.input), list(embedded.output)
+    )  # fmt: skip
+    steps = {s.model_name: s for s in container.ensemble_scheduling.step}
+    assert "postprocess" not in {s.model_name for s in embedded.ensemble_scheduling.step}
+    logits = steps["classifier"].output_map["logits"]
+    assert set(steps["classifier"].output_map) <= {o.name for o in classifier.output} == {"logits"}
+    assert dict(steps["postprocess"].input_map) == {"LOGITS": logits}
+    assert dict(steps["postprocess"].output_map) == {n: n for n in ("SCORES", "CLASS_IDS", "LABELS")}
+    assert {o.name for o in postprocess.output} == {"SCORES", "CLASS_IDS", "LABELS"}
+    embedded_classifier = next(s for s in embedded.ensemble_scheduling.step if s.model_name == "classifier")
+    assert dict(embedded_classifier.output_map) == dict(steps["postprocess"].output_map)
+    others = [s for s in container.ensemble_scheduling.step if s.model_name not in ("classifier", "postprocess")]
+    assert others == [s for s in embedded.ensemble_scheduling.step if s.model_name != "classifier"]
 
 
 def test_engine_profiles_cover_max_batch_size():

@@ -141,3 +141,85 @@ def test_exif_orientation_of_the_marker_walk_agrees_with_pillow():
     assert {parse_jpeg(it.data, 100).orientation for it in build() if it.name.startswith("orientation/jpeg-")} == set(
         range(1, 9)
     )
+
+
+def test_jpeg2000_files_are_known_sized_from_their_header_and_refused_when_cut(photos):
+    from tritonprep.decode import validate
+    from tritonprep.decode.headers import header_info
+    from tritonprep.errors import DecodeError, LimitExceeded
+    from tritonprep.spec import Limits
+    from tritonprep_testkit.corpus import j2k_set_size, jp2_set_size
+
+    cat = photos["chelsea"]
+    jp2, j2k = encode(cat, "JPEG2000"), encode(cat, "JPEG2000", no_jp2=True)
+    for data in (jp2, j2k):
+        assert sniff_format(data) == "JPEG2000"
+        header = validate(data, Limits())
+        assert (header.width, header.height, header.gpu_decodable) == (cat.shape[1], cat.shape[0], True)
+        with pytest.raises(DecodeError, match="EOC"):
+            validate(data[: len(data) // 2], Limits())
+    assert not header_info(encode(cat[..., 0].astype(np.uint16) * 256, "JPEG2000"), "JPEG2000").gpu  # 16-bit: Pillow
+    with pytest.raises(LimitExceeded, match="max_pixels"):
+        validate(j2k_set_size(j2k, 100_000, 100_000), Limits())
+    with pytest.raises(LimitExceeded, match="max_pixels"):
+        validate(jp2_set_size(jp2, 100_000, 100_000), Limits())
+    with pytest.raises(UnsupportedFormat, match="JPEG2000"):
+        check_encoded(j2k, Limits(allowed_formats=("JPEG", "PNG")))
+
+
+@pytest.mark.parametrize(
+    ("kw", "gpu"),
+    [
+        ({}, True),
+        ({"compression": "tiff_lzw"}, True),
+        ({"compression": "tiff_adobe_deflate"}, False),  # nvTIFF decodes deflate only with nvCOMP beside it
+        ({"compression": "jpeg"}, False),  # nvTIFF's JPEG-in-TIFF may differ from libjpeg's pixels: Pillow
+        ({"mode": "RGBA"}, False),
+        ({"mode": "L"}, True),
+        ({"mode": "I;16"}, False),
+    ],
+)
+def test_tiff_headers_say_which_files_the_gpu_decodes_as_pillow_does(photos, kw, gpu):
+    from PIL import Image
+
+    from tritonprep.decode.headers import header_info
+
+    mode = kw.pop("mode", "RGB")
+    im = Image.fromarray(photos["coffee"]).convert(mode if mode != "I;16" else "L")
+    if mode == "I;16":
+        im = Image.fromarray(np.asarray(im).astype(np.uint16) * 256)
+    data = encode(im, "TIFF", **kw)
+    info = header_info(data, "TIFF")
+    assert (info.width, info.height) == im.size and info.gpu is gpu
+
+
+def test_decode_failures_are_logged_once_a_minute_per_kind_with_their_count():
+    import logging
+
+    from tritonprep.decode.failures import FailureLog
+
+    now = [0.0]
+    records = []
+
+    class Catch(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    logger = logging.getLogger("test.failures")
+    logger.addHandler(Catch())
+    logger.setLevel(logging.INFO)
+    failures = FailureLog(logger, "GPU executor", interval_s=60, clock=lambda: now[0])
+    failures.count("decode", 3, example="image is cut off")
+    assert records == ["GPU executor: 3 image(s) decode (e.g. image is cut off)"]
+    for t in range(1, 59):
+        now[0] = float(t)
+        failures.count("decode", example="another")
+        failures.count("gpu_fallback")
+    assert len(records) == 2 and records[1].startswith("GPU executor: 1 image(s) gpu_fallback")
+    now[0] = 61.0
+    failures.count("decode")
+    assert records[2] == "GPU executor: 59 image(s) decode in the last 60 s (e.g. another)"
+    failures.flush()
+    assert records[3] == "GPU executor: 57 image(s) gpu_fallback in the last 59 s"
+    failures.flush()
+    assert len(records) == 4

@@ -455,7 +455,6 @@ def first_code(cell: str) -> str:
 def code_parameters() -> dict[str, dict[str, str | None]]:
     """``{section of docs/configuration.md: {parameter: default or None}}`` from the code."""
     from tritonprep.classifier.runtimes import RUNTIME_PARAMETERS
-    from tritonprep.parameters import LAUNCHER_PARAMETERS
     from tritonprep.pipeline.fused import DEFAULT_NETWORK, NETWORK_PREFIX
     from tritonprep.spec import PARAMETERS
 
@@ -464,7 +463,6 @@ def code_parameters() -> dict[str, dict[str, str | None]]:
         "Preprocess": {p.name: p.default for p in PARAMETERS},
         "Classifier and embedder": {**runtime, **PYTHON_BACKEND_PARAMETERS},
         "classify_fused": {NETWORK_PREFIX + "model": DEFAULT_NETWORK},
-        "GPU memory budget": dict.fromkeys(LAUNCHER_PARAMETERS),
         "Benchmark models": read_by_model_files(),
     }
 

@@ -105,11 +105,17 @@ def test_corpus_covers_what_the_issue_lists(corpus):
         "valid/webp",
         "valid/bmp",
         "valid/tiff",
+        "valid/jpeg2000-jp2",
+        "valid/jpeg2000-j2k",
         "valid/png-1x1",
         "valid/png-1x20000",
         "bomb/png",
         "bomb/gif",
         "bomb/tiff",
+        "bomb/jpeg2000",
+        "bomb/jp2",
+        "truncated/jpeg2000-j2k",
+        "truncated/jpeg2000-jp2",
     ):
         assert any(n.startswith(needle) for n in names), needle
     assert {f"orientation/jpeg-{o}" for o in range(1, 9)} <= names

@@ -20,16 +20,19 @@ ALLOWED = {
     "parameters": {"errors"},  # config.pbtxt parameter tables (spec's and the runtimes')
     # the per-image error contract: the client imports it too, so it imports nothing (standard library only)
     "image_errors": set(),
-    "spec": {"errors", "parameters"},
+    # an instance's GPU memory budget and its start-up cache folder: read by every GPU part
+    "memory": {"errors"},
+    "cache": set(),
+    "spec": {"errors", "parameters", "memory"},
     "geometry": {"errors", "spec"},
     "decode": {"errors", "spec", "cuda"},
     "kernels": {"cuda"},  # plain values only: no specs, decoders or Triton
-    "executors": {"errors", "cuda", "spec", "geometry", "decode", "kernels"},
-    "classifier": {"errors", "cuda", "parameters"},
+    "executors": {"errors", "cuda", "spec", "geometry", "decode", "kernels", "memory", "cache"},
+    "classifier": {"errors", "cuda", "parameters", "memory", "cache"},
     "triton": {"errors", "cuda", "image_errors", "reports", "spec", "geometry", "executors"},
-    "launcher": {"errors", "reports"},
+    "launcher": {"errors", "reports", "memory"},  # memory: the syntax of gpu_memory_mb, which the budget plans with
     # the one wiring of the request/response layer to the networks (classify_fused)
-    "pipeline": {"errors", "image_errors", "spec", "executors", "classifier", "triton"},
+    "pipeline": {"errors", "image_errors", "spec", "executors", "classifier", "triton", "memory"},
 }
 
 

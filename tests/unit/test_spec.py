@@ -200,7 +200,6 @@ def test_the_gpu_config_is_the_default_one_with_gpu_instances_and_batching():
     gpu = load_config(REPO / "preprocess" / "configs" / "gpu.pbtxt")
     assert [g.kind for g in gpu.instance_group] == [model_config_pb2.ModelInstanceGroup.KIND_GPU]
     assert gpu.instance_group[0].count > 1 and gpu.dynamic_batching.max_queue_delay_microseconds == 0
-    del gpu.parameters["gpu_memory_mb"]  # what the launcher's GPU memory budget plans with
     for cfg in (default, gpu):
         cfg.ClearField("instance_group")
         cfg.dynamic_batching.ClearField("max_queue_delay_microseconds")
@@ -214,7 +213,6 @@ def test_the_classifier_gpu_config_changes_only_instances_and_batching():
     gpu = load_config(REPO / "classifier" / "configs" / "gpu.pbtxt")
     assert [g.kind for g in gpu.instance_group] == [model_config_pb2.ModelInstanceGroup.KIND_GPU]
     assert gpu.dynamic_batching.max_queue_delay_microseconds == 0
-    del gpu.parameters["gpu_memory_mb"]  # what the launcher's GPU memory budget plans with
     for cfg in (default, gpu):
         cfg.ClearField("instance_group")
         cfg.dynamic_batching.ClearField("max_queue_delay_microseconds")

@@ -17,22 +17,31 @@ gets a session of its own that only ever sees that one shape:
 
 All work is ordered on one CUDA stream of the instance (``user_compute_stream``), which CuPy's copies
 use too; ORT synchronizes it at the end of each run.
+
+How sessions are made (the CUDA EP options behind memory and start time, arena caps from the instance's
+``gpu_memory_mb``, the registered CUDA EP, the optimized models kept between starts) is :mod:`.ort_options`.
+:attr:`OrtCudaRuntime.timings` holds the seconds of each start-up phase (for the instance report), and
+:meth:`OrtCudaRuntime.close` releases everything on the GPU in an order that cannot fail at exit.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..cache import use_for_cupy
 from ..cuda import cuda_fault_guard, import_cupy
 from ..errors import ConfigError, RuntimeUnavailable
+from .ort_options import CudaEpOptions, OptimizedModels, register_cuda_ep, session_caps_mb, unregister_cuda_ep
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +85,11 @@ def preload(ort: Any) -> str:
 
 
 def batch_dim_name(ort: Any, onnx_path: Path) -> str:
-    """The name of the ONNX input's batch dimension (its ``dim_param``), read with a CPU session."""
-    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    """The name of the ONNX input's batch dimension (its ``dim_param``), read with a CPU session that only
+    loads the graph (no optimization: it is only asked for its input)."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
     dim = session.get_inputs()[0].shape[0]
     if not isinstance(dim, str):
         raise ConfigError(f"{onnx_path} has a fixed batch size {dim}; export it with a named dynamic batch axis")
@@ -112,6 +124,17 @@ def copy_rows(cp: Any, dst: Any, src: Any, stream: Any) -> bool:
     return True
 
 
+class _RegisteredEpMismatch(Exception):
+    """The registered CUDA EP library put a session on another GPU than asked (see :meth:`OrtCudaRuntime._checked`)."""
+
+
+def _numel(dims: Sequence[int]) -> int:
+    n = 1
+    for d in dims:
+        n *= int(d)
+    return n
+
+
 class _Bucket:
     """One batch size: its session, its bound input and output buffers."""
 
@@ -133,81 +156,171 @@ class OrtCudaRuntime:
         buckets: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128, 256),
         nhwc: bool = False,
         cuda_graphs: bool = True,
+        ep_options: CudaEpOptions | None = None,
+        gpu_memory_mb: int | None = None,
         gpu_mem_limit_mb: int = 0,
-        conv_max_workspace: bool = True,
+        shared_mb: int = 0,
+        cache: bool = True,
         stream: Any = None,
     ) -> None:
+        t0 = time.perf_counter()
+        #: seconds of each start-up phase: imports, cuda_context, session_b<N> and capture_b<N> per bucket
+        self.timings: dict[str, float] = {}
+        self._closed = False
+        self._buckets: list[_Bucket] = []
         ort = import_onnxruntime()
         if not cuda_provider_available(ort):
             raise RuntimeUnavailable(f"this onnxruntime build has no CUDA execution provider; {GPU_INSTALL_HINT}")
         cupy = import_cupy()
         if not buckets or sorted(set(buckets)) != list(buckets) or buckets[0] < 1:
             raise ConfigError(f"batch_buckets must be increasing positive sizes, got {list(buckets)}")
-        report = preload(ort)
+        self._preload_report = preload(ort)
+        self._registered = register_cuda_ep(ort)
+        if cache:
+            use_for_cupy()  # CuPy's kernels (copies, casts, the top-k) compiled once, kept for later starts
+        self.timings["imports"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
         self._cp = cupy
+        self._own_stream = stream is None
         try:
             self.device = cupy.cuda.Device(device_id)
             self.device.use()
             self.stream = stream if stream is not None else cupy.cuda.Stream(non_blocking=True)
+            props = cupy.cuda.runtime.getDeviceProperties(device_id)
         except cupy.cuda.runtime.CUDARuntimeError as e:
             raise RuntimeUnavailable(f"GPU {device_id} is not usable: {e}") from None
+        self.timings["cuda_context"] = time.perf_counter() - t0
         self.input_dims = tuple(input_dims)
         self.max_batch = buckets[-1]
         self.cuda_graphs = cuda_graphs
-        dim_name = batch_dim_name(ort, onnx_path)
+        self.ep_options = ep_options or CudaEpOptions()
         self.name = "onnxruntime-cuda" + ("+graphs" if cuda_graphs else "") + ("+nhwc" if nhwc else "")
         provider = {
             "device_id": str(device_id),
             "user_compute_stream": str(self.stream.ptr),
             "enable_cuda_graph": "1" if cuda_graphs else "0",
             "prefer_nhwc": "1" if nhwc else "0",
-            "cudnn_conv_algo_search": "EXHAUSTIVE",
-            "arena_extend_strategy": "kSameAsRequested",
-            # cuDNN may pick algorithms that need a large workspace (faster, but each bucket's arena keeps it)
-            "cudnn_conv_use_max_workspace": "1" if conv_max_workspace else "0",
+            **self.ep_options.provider(),
         }
-        if gpu_mem_limit_mb:
-            provider["gpu_mem_limit"] = str(gpu_mem_limit_mb << 20)
-        self._buckets: list[_Bucket] = []
+        io_mb = sum(b * (_numel(self.input_dims) + 1000) * 4 for b in buckets) / 2**20  # bound input and output rows
+        #: the arena cap of each bucket session, MiB (0: none)
+        self.session_caps_mb = session_caps_mb(
+            buckets, budget_mb=gpu_memory_mb, explicit_mb=gpu_mem_limit_mb, io_mb=io_mb, shared_mb=shared_mb
+        )
+        gpu = props.get("name", b"")
+        gpu = gpu.decode(errors="replace") if isinstance(gpu, bytes) else str(gpu)
+        self._models = (
+            OptimizedModels.open(onnx_path, ort.__version__, gpu, props.get("major"), props.get("minor"), nhwc)
+            if cache
+            else None
+        )
+        # read only where a bucket is optimized now (kept optimized models have their batch size fixed)
+        dim_name = "" if self._all_kept(buckets) else batch_dim_name(ort, onnx_path)
         self.strict = True  # every node on the GPU (no CPU fallback anywhere)
-        with self.device:
-            for size in buckets:
-                session = self._session(ort, onnx_path, dim_name, size, provider, report)
-                self._buckets.append(self._bind(ort, session, size, device_id))
-        if not self.strict:
-            self.name += "+cpu-nodes"
-        self.input_name = self._buckets[0].session.get_inputs()[0].name
-        #: input parts that arrived on another GPU: the Python backend of Triton 2.51 hands a GPU input over
-        #: on the GPU it was made on (it asks for ``TRITONSERVER_MEMORY_GPU`` with the source's device id), so
-        #: a classifier instance on GPU 1 can receive preprocess output from GPU 0; copied peer to peer here
-        self.cross_device_copies = 0
-        self._warm_thread = threading.get_ident()
-        self._warned_thread = False
-        self._warm_up()
+        try:
+            with self.device:
+                for size, cap in zip(buckets, self.session_caps_mb):
+                    t0 = time.perf_counter()
+                    options = {
+                        **provider,
+                        "enable_cuda_graph": "1" if self.cuda_graphs else "0",  # off once ORT refused a capture
+                        **({"gpu_mem_limit": str(cap << 20)} if cap else {}),
+                    }
+                    session = self._session(ort, onnx_path, dim_name, size, options)
+                    self._buckets.append(self._bind(ort, session, size, device_id))
+                    self.timings[f"session_b{size}"] = time.perf_counter() - t0
+            if not self.strict:
+                self.name += "+cpu-nodes"
+            self.input_name = self._buckets[0].session.get_inputs()[0].name
+            #: input parts that arrived on another GPU: the Python backend of Triton 2.51 hands a GPU input over
+            #: on the GPU it was made on (it asks for ``TRITONSERVER_MEMORY_GPU`` with the source's device id), so
+            #: a classifier instance on GPU 1 can receive preprocess output from GPU 0; copied peer to peer here
+            self.cross_device_copies = 0
+            self._warm_thread = threading.get_ident()
+            self._warned_thread = False
+            self._warm_up()
+        except BaseException:  # the caller never gets this runtime: release what it made here
+            self.close()
+            raise
         log.info(
-            "classifier on GPU %d: %s, batch buckets %s (one session each, captured while loading)",
+            "classifier on GPU %d: %s, batch buckets %s (one session each, captured while loading), cuDNN %s%s; "
+            "started in %s",
             device_id,
             self.name,
             ",".join(map(str, buckets)),
+            self.ep_options.describe(),
+            f", arenas capped at {','.join(map(str, self.session_caps_mb))} MiB" if any(self.session_caps_mb) else "",
+            ", ".join(f"{k} {v:.2f} s" for k, v in self.timings.items()),
         )
 
-    def _session(
-        self, ort: Any, onnx_path: Path, dim_name: str, size: int, provider: dict[str, str], report: str
+    def _all_kept(self, buckets: Sequence[int]) -> bool:
+        """Whether an earlier start kept the optimized model of every bucket."""
+        return self._models is not None and all(self._models.path(b).is_file() for b in buckets)
+
+    def _session(self, ort: Any, onnx_path: Path, dim_name: str, size: int, provider: dict[str, str]) -> Any:
+        """The session of one bucket: from its optimized model kept by an earlier start where there is one, else
+        optimized now (and kept); every node on the GPU if ORT can place it so, else (logged) some on the CPU."""
+        if self._models is not None and self._models.path(size).is_file():
+            try:
+                return self._create(ort, self._models.path(size), dim_name, size, provider, None)
+            except Exception as e:  # noqa: BLE001 - ORT raises its own types: optimize now, keep nothing for it
+                log.warning("bucket %d: its kept optimized model does not load (%s); not kept from now on", size, e)
+                self._models.refuse(size)
+                dim_name = dim_name or batch_dim_name(ort, onnx_path)
+        save = self._models.saving(size) if self._models is not None and not self._models.refused(size) else None
+        try:
+            session = self._create(ort, onnx_path, dim_name, size, provider, save)
+        finally:
+            if save is not None:
+                self._models.keep(save, size)  # type: ignore[union-attr]
+        return session
+
+    def _checked(self, ort: Any, session: Any) -> Any:
+        """``session``, if its CUDA EP runs on this instance's GPU; the registered CUDA EP library can number the
+        GPUs differently (where CUDA_VISIBLE_DEVICES hides some): then it is unregistered and the session rebuilt."""
+        if not self._registered:
+            return session
+        got = session.get_provider_options().get("CUDAExecutionProvider", {}).get("device_id")
+        if got is None or str(got) == str(self.device.id):
+            return session
+        log.warning(
+            "ONNX Runtime's registered CUDA EP put a session on GPU %s instead of %d; using its built-in lookup",
+            got,
+            self.device.id,
+        )
+        raise _RegisteredEpMismatch()
+
+    def _create(
+        self, ort: Any, model: Path, dim_name: str, size: int, provider: dict[str, str], save: Path | None
     ) -> Any:
-        """The session of one bucket: every node on the GPU if ORT can place it so, else (logged) some on the CPU."""
+        """A session of ``model`` for bucket ``size``; ``save``: where ORT writes its optimized model (a model
+        loaded from the cache is optimized already and loads with graph optimizations off)."""
         errors = []
         while True:
             options = ort.SessionOptions()
-            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-            options.add_free_dimension_override_by_name(dim_name, size)
+            if save is None and self._models is not None and model == self._models.path(size):
+                options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+            else:
+                options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+                options.add_free_dimension_override_by_name(dim_name, size)
+                if save is not None:
+                    options.optimized_model_filepath = str(save)
             options.log_severity_level = 3
             if self.strict:  # fail instead of running on the CPU: a missing CUDA library or a node the GPU cannot take
                 options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
             try:
                 cpu = [] if self.strict else ["CPUExecutionProvider"]  # listing it conflicts with disabling it
-                return ort.InferenceSession(
-                    str(onnx_path), options, providers=[("CUDAExecutionProvider", provider), *cpu]
+                session = ort.InferenceSession(
+                    str(model), options, providers=[("CUDAExecutionProvider", provider), *cpu]
                 )
+                try:
+                    return self._checked(ort, session)
+                except _RegisteredEpMismatch:
+                    del session
+                    gc.collect()
+                    unregister_cuda_ep(ort)
+                    self._registered = False
+                    continue
             except Exception as e:  # noqa: BLE001 - ORT raises its own Fail/RuntimeException types
                 text = str(e).strip()
                 errors.append(f"{type(e).__name__}: {text.splitlines()[0] if text else ''}")
@@ -223,6 +336,7 @@ class OrtCudaRuntime:
                     self.name = self.name.replace("+graphs", "")
                 else:
                     break
+        report = self._preload_report
         raise RuntimeUnavailable(
             f"ONNX Runtime could not create a CUDA session ({'; '.join(errors)}){'; ' + report if report else ''}; "
             f"{GPU_INSTALL_HINT}"
@@ -248,8 +362,54 @@ class OrtCudaRuntime:
 
     def _warm_up(self) -> None:
         """Run every bucket once: ORT tunes its convolutions and, with graphs, captures them now."""
-        for bucket in self._buckets:
-            bucket.session.run_with_iobinding(bucket.binding)
+        for bucket, cap in zip(self._buckets, self.session_caps_mb):
+            t0 = time.perf_counter()
+            try:
+                bucket.session.run_with_iobinding(bucket.binding)
+            except Exception as e:  # noqa: BLE001 - ORT raises its own types; an arena over its cap says why
+                if cap and "allocat" in str(e).lower():
+                    raise ConfigError(
+                        f"bucket {bucket.size} needs more GPU memory than its {cap} MiB arena cap ({e}); raise "
+                        "gpu_memory_mb (or set gpu_mem_limit_mb), or use smaller batch_buckets"
+                    ) from None
+                raise
+            self.timings[f"capture_b{bucket.size}"] = time.perf_counter() - t0
+
+    def close(self) -> None:
+        """Release the GPU: the IO bindings, then the sessions (their CUDA graphs and arenas), the bound buffers
+        and the stream, after the work on it is done; idempotent.
+
+        Call it from the model's ``finalize``: left to the garbage collector at interpreter exit, an ORT
+        session can be destroyed after its stream or after the CUDA runtime began shutting down, and its
+        destructor's CUDA error ends the stub with ``terminate called``.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        t0 = time.perf_counter()
+        cp = self._cp if hasattr(self, "_cp") else None
+        if cp is not None and hasattr(self, "stream"):
+            try:
+                self.stream.synchronize()
+            except (cp.cuda.runtime.CUDARuntimeError, cp.cuda.driver.CUDADriverError) as e:
+                log.info("closing the network after a CUDA error (%s): releasing what can be released", e)
+        buckets, self._buckets = self._buckets, []
+        for bucket in buckets:
+            try:
+                bucket.binding.clear_binding_inputs()
+                bucket.binding.clear_binding_outputs()
+            except Exception as e:  # noqa: BLE001 - ORT raises its own types; release the rest regardless
+                log.debug("clearing bucket %d's IO binding: %s", bucket.size, e)
+            bucket.binding = bucket.session = bucket.x = bucket.y = None
+        del buckets
+        gc.collect()  # the sessions go now, while their stream and the CUDA runtime are alive
+        if cp is not None and hasattr(self, "stream"):
+            with contextlib.suppress(cp.cuda.runtime.CUDARuntimeError):
+                with self.device:
+                    cp.get_default_memory_pool().free_all_blocks()
+            if self._own_stream:
+                self.stream = None
+            log.info("network on GPU %d: released in %.2f s", self.device.id, time.perf_counter() - t0)
 
     def bucket_for(self, n: int) -> int:
         """The batch size ``n`` images run at: the smallest bucket that holds them (more than the largest

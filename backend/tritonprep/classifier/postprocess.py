@@ -1,7 +1,9 @@
 """Logits to predictions: softmax, top-k and ImageNet-1k class names.
 
-:class:`TopK` is what the ``postprocess`` model and ``classify_fused`` answer: ``SCORES``,
-``CLASS_IDS`` and ``LABELS``, ``k`` each per image, ``k`` read from the model config's output dims.
+:class:`TopK` is what the ``postprocess`` model, the ``classifier`` model and ``classify_fused`` answer:
+``SCORES``, ``CLASS_IDS`` and ``LABELS``, ``k`` each per image, ``k`` read from the model config's output
+dims. It runs where the logits are: NumPy for host logits, CuPy on the GPU for a GPU runtime's (softmax
+and the sort stay on the device; only the ``k`` scores and ids per image come to the host).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from importlib import resources
+from typing import Any
 
 import numpy as np
 
@@ -45,6 +48,22 @@ def top_k(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return np.take_along_axis(part, order, axis=-1), np.take_along_axis(idx, order, axis=-1)
 
 
+def top_k_on_device(logits: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`top_k` of CuPy ``logits`` on their GPU (float32 softmax, a stable sort by descending probability);
+    host arrays of the ``k`` probabilities (float32) and class ids (int32) per row, best first."""
+    import cupy as cp
+
+    with logits.device:
+        z = logits.astype(cp.float32)
+        z -= z.max(axis=-1, keepdims=True)
+        e = cp.exp(z)
+        probs = e / e.sum(axis=-1, keepdims=True)
+        k = min(k, probs.shape[-1])
+        idx = cp.argsort(-probs, axis=-1)[..., :k]
+        scores = cp.take_along_axis(probs, idx, axis=-1)
+        return cp.asnumpy(scores), cp.asnumpy(idx.astype(cp.int32))
+
+
 class TopK:
     """The ``k`` best ImageNet classes of each row of logits: probabilities, class ids and names."""
 
@@ -66,9 +85,12 @@ class TopK:
             raise ConfigError(f"SCORES, CLASS_IDS and LABELS must all have dims [k]; the config has {declared}")
         return cls(int(k[0]))
 
-    def __call__(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Probabilities (float32) and class ids (int32) of the ``k`` best classes per row, best first."""
-        scores, ids = top_k(logits, self.k)
+    def __call__(self, logits: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Probabilities (float32) and class ids (int32) of the ``k`` best classes per row, best first, as host
+        arrays; ``logits`` is a numpy array or a CuPy array (computed on its GPU)."""
+        if not isinstance(logits, np.ndarray) and type(logits).__module__.startswith("cupy"):
+            return top_k_on_device(logits, self.k)
+        scores, ids = top_k(np.asarray(logits), self.k)
         return scores, ids.astype(np.int32)
 
     def outputs(self, scores: np.ndarray, ids: np.ndarray) -> dict[str, np.ndarray | list[list[str]]]:

@@ -9,13 +9,17 @@ one log line naming what to install. The container serves the same network with 
 
 The classifier's and the embedder's config ``parameters`` (all optional) are the rows of
 :data:`RUNTIME_PARAMETERS`, the one place that names them, their defaults and meaning;
-``python -m tritonprep.classifier.runtimes`` prints them as the docs' table.
+``python -m tritonprep.classifier.runtimes`` prints them as the docs' table. The ONNX Runtime CUDA EP
+options among them (cuDNN's algorithm search and workspace, the arenas' growth and caps, the instance's
+``gpu_memory_mb`` spread over the bucket sessions) are :mod:`.ort_options`'; the start-up cache
+(:mod:`tritonprep.cache`) keeps each bucket's optimized model between starts.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,18 +28,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..errors import ConfigError, RuntimeUnavailable
-from ..parameters import (
-    LAUNCHER_PARAMETERS,
-    Parameter,
-    check_choice,
-    markdown_table,
-    read_bool,
-    read_ints,
-    read_lower,
-    read_whole,
-)
+from ..memory import instance_budget_mb
+from ..parameters import Parameter, check_choice, markdown_table, read_bool, read_ints, read_lower, read_whole
 from .engines import EngineBuildError
 from .ort_cuda import GPU_INSTALL_HINT, OrtCudaRuntime, cuda_provider_available, import_onnxruntime
+from .ort_options import ARENA_EXTEND, CONV_ALGO_SEARCH, CudaEpOptions
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +48,8 @@ class Runtime(Protocol):
 
     name: str
     on_gpu: bool
+    #: seconds of each start-up phase, for the instance report
+    timings: dict[str, float]
 
     def infer(self, batch: Any) -> Any:
         """Logits of ``batch``; a numpy or CuPy array."""
@@ -58,6 +57,10 @@ class Runtime(Protocol):
 
     def infer_many(self, parts: Sequence[Any]) -> Any:
         """Logits of the concatenation of ``parts`` (what a Triton execute holds: one part per request)."""
+        ...
+
+    def close(self) -> None:
+        """Release what the runtime holds (on the GPU: its sessions, graphs, buffers), from the model's finalize."""
         ...
 
 
@@ -92,11 +95,41 @@ RUNTIME_PARAMETERS: tuple[Parameter, ...] = (
         "session and memory",
     ),
     Parameter(
+        "gpu_memory_mb",
+        "gpu_memory_mb",
+        lambda _name, text: text.strip(),
+        "",
+        'GPU instances: the most GPU memory one instance may hold, its CUDA context included, MiB, or "<largest '
+        "bucket>:<MiB>,...\" (tritonprep.memory); spread over the bucket sessions' arenas as their caps (empty: none)",
+    ),
+    Parameter(
         "gpu_mem_limit_mb",
         "gpu_mem_limit_mb",
         read_whole,
         "0",
-        "cap of each bucket's ONNX Runtime arena in MiB (0: none)",
+        "cap of each bucket's ONNX Runtime arena in MiB, instead of its share of gpu_memory_mb (0: none)",
+    ),
+    Parameter(
+        "cudnn_conv_algo_search",
+        "cudnn_conv_algo_search",
+        read_lower,
+        "heuristic",
+        "heuristic, exhaustive or default: how cuDNN picks each convolution's algorithm per bucket (exhaustive "
+        "benchmarks them all while the model loads: the slowest start)",
+    ),
+    Parameter(
+        "cudnn_conv_use_max_workspace",
+        "cudnn_conv_use_max_workspace",
+        read_bool,
+        "false",
+        "let cuDNN pick algorithms that need a large workspace (each bucket's arena keeps it: more memory)",
+    ),
+    Parameter(
+        "arena_extend_strategy",
+        "arena_extend_strategy",
+        read_lower,
+        "same_as_requested",
+        "same_as_requested or next_power_of_two: how a bucket's ONNX Runtime arena grows",
     ),
 )
 _TABLE = {p.name: p for p in RUNTIME_PARAMETERS}
@@ -114,10 +147,21 @@ class RuntimeOptions:
     cuda_graphs: bool = True
     #: empty: every power of two up to max_batch_size (:meth:`from_parameters` fills them in)
     batch_buckets: tuple[int, ...] = ()
+    #: the instance's GPU memory budget (the parameter's text: tritonprep.memory), "" for none
+    gpu_memory_mb: str = ""
     gpu_mem_limit_mb: int = 0
+    cudnn_conv_algo_search: str = "heuristic"
+    cudnn_conv_use_max_workspace: bool = False
+    arena_extend_strategy: str = "same_as_requested"
 
     def __post_init__(self) -> None:
-        for name, choices in (("runtime", RUNTIME_CHOICES), ("precision", PRECISIONS), ("layout", LAYOUTS)):
+        for name, choices in (
+            ("runtime", RUNTIME_CHOICES),
+            ("precision", PRECISIONS),
+            ("layout", LAYOUTS),
+            ("cudnn_conv_algo_search", CONV_ALGO_SEARCH),
+            ("arena_extend_strategy", ARENA_EXTEND),
+        ):
             try:
                 check_choice(name, getattr(self, name), choices)
             except ConfigError as e:
@@ -125,11 +169,22 @@ class RuntimeOptions:
         buckets = self.batch_buckets
         if buckets and (sorted(set(buckets)) != list(buckets) or buckets[0] < 1):
             raise ConfigError(f"batch_buckets must be increasing positive sizes, got {list(buckets)}")
+        instance_budget_mb(self.gpu_memory_mb, buckets)  # a malformed budget fails the load, not the first GPU use
+
+    @property
+    def ep(self) -> CudaEpOptions:
+        """The ONNX Runtime CUDA EP options (tritonprep.classifier.ort_options)."""
+        return CudaEpOptions(self.cudnn_conv_algo_search, self.cudnn_conv_use_max_workspace, self.arena_extend_strategy)
+
+    @property
+    def budget_mb(self) -> int | None:
+        """The MiB one GPU instance may hold with these buckets (None: no cap)."""
+        return instance_budget_mb(self.gpu_memory_mb, self.batch_buckets)
 
     @classmethod
     def from_parameters(cls, params: Mapping[str, str], max_batch: int) -> RuntimeOptions:
         """Options from ``{name: string}``; buckets default to the powers of two up to ``max_batch``."""
-        unknown = sorted(set(params) - set(_TABLE) - BACKEND_PARAMETERS - LAUNCHER_PARAMETERS)
+        unknown = sorted(set(params) - set(_TABLE) - BACKEND_PARAMETERS)
         if unknown:
             raise ConfigError(f"unknown classifier parameter(s) {unknown}; known: {sorted(_TABLE)}")
         values: dict[str, Any] = {}
@@ -168,6 +223,7 @@ class OrtCpuRuntime:
     on_gpu = False
 
     def __init__(self, onnx_path: Path, threads: int = 0) -> None:
+        t0 = time.perf_counter()
         ort = import_onnxruntime()
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
@@ -175,6 +231,12 @@ class OrtCpuRuntime:
         self.session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
         self.input_name = self.session.get_inputs()[0].name
         self.output_name = self.session.get_outputs()[0].name
+        #: seconds of each start-up phase (the instance report's)
+        self.timings = {"session": time.perf_counter() - t0}
+
+    def close(self) -> None:
+        """Release the session (nothing on a GPU: dropping it is enough)."""
+        self.session = None
 
     def infer(self, batch: Any) -> np.ndarray:
         """Logits of ``batch``; GPU inputs are copied to the host."""
@@ -218,13 +280,15 @@ def load_runtime(
     use_gpu: bool = True,
     max_batch: int = 256,
     stream: Any = None,
+    shared_mb: int = 0,
 ) -> Runtime:
     """Load the classifier on the best runtime available for the instance.
 
     ``input_dims`` is the network input without the batch axis, as the model config declares it;
     ``options`` come from the config's parameters (``prefer`` overrides ``options.runtime``);
     ``stream``: a CuPy stream the ONNX Runtime CUDA network runs on (default: one of its own), e.g. the
-    preprocess executor's, so that decode, kernels and network are ordered on one stream.
+    preprocess executor's, so that decode, kernels and network are ordered on one stream; ``shared_mb``:
+    what else the instance holds of its ``gpu_memory_mb`` (``classify_fused``'s preprocessing).
     """
     options = options or RuntimeOptions.from_parameters({}, max_batch)
     prefer = prefer or options.runtime
@@ -255,7 +319,10 @@ def load_runtime(
                     buckets=options.batch_buckets,
                     nhwc=options.layout == "nhwc",
                     cuda_graphs=options.cuda_graphs,
+                    ep_options=options.ep,
+                    gpu_memory_mb=options.budget_mb,
                     gpu_mem_limit_mb=options.gpu_mem_limit_mb,
+                    shared_mb=shared_mb,
                     stream=stream,
                 )
             except RuntimeUnavailable as e:

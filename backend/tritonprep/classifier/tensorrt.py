@@ -6,6 +6,7 @@ the same network with Triton's own ``tensorrt_plan`` backend instead (``configs/
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,9 @@ class TensorRTRuntime:
     def __init__(
         self, onnx_path: Path, input_dims: tuple[int, ...], device_id: int = 0, max_batch: int = 256, fp16: bool = True
     ) -> None:
+        t0 = time.perf_counter()
+        #: seconds of each start-up phase (the instance report's)
+        self.timings: dict[str, float] = {}
         trt = import_tensorrt()
         cupy = import_cupy()
         self._cp = cupy
@@ -34,6 +38,8 @@ class TensorRTRuntime:
             self._device.use()
         except cupy.cuda.runtime.CUDARuntimeError as e:
             raise RuntimeUnavailable(f"GPU {device_id} is not usable: {e}") from None
+        self.timings["imports"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
         plan = onnx_path.with_name(f"{onnx_path.stem}.gpu{device_id}.plan")
         options = BuildOptions(input_dims, fp16=fp16, max_batch=max_batch, opt_batch=min(64, max_batch))
         builder = PythonBuilder()
@@ -46,6 +52,8 @@ class TensorRTRuntime:
             device_id=device_id,
             timing_cache=onnx_path.with_name("timing.cache"),
         )
+        self.timings["engine_build"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
         self._engine = trt.Runtime(trt.Logger(trt.Logger.WARNING)).deserialize_cuda_engine(plan.read_bytes())
         if self._engine is None:
             raise RuntimeUnavailable(f"TensorRT could not load {plan}; delete it to rebuild")
@@ -55,6 +63,20 @@ class TensorRTRuntime:
         self.input_name = next(n for n in names if modes[n] == trt.TensorIOMode.INPUT)
         self.output_name = next(n for n in names if modes[n] == trt.TensorIOMode.OUTPUT)
         self._stream = cupy.cuda.Stream(non_blocking=True)
+        self.timings["engine_load"] = time.perf_counter() - t0
+
+    def close(self) -> None:
+        """Release the execution context and the engine after the stream's work is done, then the stream; idempotent."""
+        stream = getattr(self, "_stream", None)
+        if stream is None:
+            return
+        try:
+            stream.synchronize()
+        except (self._cp.cuda.runtime.CUDARuntimeError, self._cp.cuda.driver.CUDADriverError):
+            pass  # a poisoned context: release the rest all the same
+        self._context = None
+        self._engine = None
+        self._stream = None
 
     def infer(self, batch: Any) -> Any:
         """Run the engine on ``batch`` (numpy or CuPy); returns a CuPy array.

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ..errors import DecodeError, LimitExceeded, UnsupportedFormat
 from ..spec import Limits
-from .headers import header_size
+from .headers import J2K_MAGIC, JP2_MAGIC, header_info
 from .jpeg import JpegHeader, parse_jpeg
 
 _MAGIC: tuple[tuple[bytes, str], ...] = (
@@ -23,6 +23,8 @@ _MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"BM", "BMP"),
     (b"II*\x00", "TIFF"),
     (b"MM\x00*", "TIFF"),
+    (J2K_MAGIC, "JPEG2000"),
+    (JP2_MAGIC, "JPEG2000"),
 )
 
 
@@ -35,6 +37,8 @@ class ImageHeader:
     height: int
     #: the marker walk's findings, for a JPEG
     jpeg: JpegHeader | None = None
+    #: for TIFF and JPEG 2000: whether the GPU decoders give Pillow's pixels for it (see :mod:`.headers`)
+    gpu_decodable: bool = False
 
 
 def sniff_format(data: bytes) -> str | None:
@@ -59,7 +63,7 @@ def check_encoded(data: bytes, limits: Limits) -> str:
     if fmt is None:
         head = data[:8].hex(" ")
         raise DecodeError(
-            f"not a supported image: unknown file signature ({head}); send JPEG, PNG, WebP, BMP, GIF or TIFF"
+            f"not a supported image: unknown file signature ({head}); send JPEG, PNG, WebP, BMP, GIF, TIFF or JPEG 2000"
         )
     if fmt not in limits.allowed_formats:
         raise UnsupportedFormat(
@@ -80,7 +84,8 @@ def validate(data: bytes, limits: Limits) -> ImageHeader:
         jpeg = parse_jpeg(data, limits.max_progressive_scans)
         header = ImageHeader(fmt, jpeg.width, jpeg.height, jpeg)
     else:
-        header = ImageHeader(fmt, *header_size(data, fmt))
+        info = header_info(data, fmt)
+        header = ImageHeader(fmt, info.width, info.height, gpu_decodable=info.gpu)
     check_dimensions(header.width, header.height, limits)
     return header
 

@@ -36,12 +36,33 @@ The caller enqueues its kernels on its stream and synchronizes it before letting
 go, so no buffer is freed or reused while still being read.
 
 The decoder's settings are the model's :class:`~tritonprep.spec.DecoderOptions`, taken whole.
+
+Formats: JPEGs go to the hardware stage first; JPEG 2000 and TIFF files (the plain ones the GPU
+decodes exactly, :mod:`.headers`) go straight to the second stage, whose GPU backends hold
+nvImageCodec's nvJPEG2000 and nvTIFF decoders (their libraries come as the ``nvidia-nvjpeg2k-*``
+and ``nvidia-nvtiff-*`` wheels; without them those images fall back to Pillow).
+
+Teardown: :meth:`GpuDecoder.close` (the executor's ``close``, from the model's ``finalize``)
+releases everything in the one order that cannot fail: the helper threads are joined, the streams
+synchronized, the output images freed while their streams live, then the decoder objects (their
+own threads join), then the events and streams. Left to the garbage collector at interpreter exit,
+a decoder could be destroyed after the nvImageCodec instance or the stream it used, and abort the
+process (``terminate called after throwing an instance of 'std::system_error'``); an ``atexit`` hook
+closes any decoder still open before the interpreter starts tearing modules down.
+
+Logging: nvImageCodec prints an ``[ERROR]`` line of its own for every image it cannot decode;
+:func:`import_nvimgcodec` sets ``PYNVIMGCODEC_VERBOSITY=0`` (unless the environment sets it)
+before nvImageCodec is first imported, and the executor logs decode failures counted instead.
 """
 
 from __future__ import annotations
 
+import atexit
+import gc
 import logging
+import os
 import threading
+import weakref
 import zlib
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -67,8 +88,15 @@ class DecodedImage:
     path: str  # "gpu_hw" or "gpu_cuda"
 
 
+#: nvImageCodec's own log level, read once when it is first imported: 0 silences its per-image
+#: ``[ERROR]`` lines (the executor logs failures counted); 1 (errors) to 4 (debug) for debugging
+VERBOSITY_ENV = "PYNVIMGCODEC_VERBOSITY"
+
+
 def import_nvimgcodec() -> Any:
-    """Import nvImageCodec or raise :class:`RuntimeUnavailable` with the install hint."""
+    """Import nvImageCodec (quiet unless ``PYNVIMGCODEC_VERBOSITY`` says otherwise) or raise
+    :class:`RuntimeUnavailable` with the install hint."""
+    os.environ.setdefault(VERBOSITY_ENV, "0")
     try:
         from nvidia import nvimgcodec
     except ImportError as e:
@@ -76,25 +104,29 @@ def import_nvimgcodec() -> Any:
     return nvimgcodec
 
 
-#: nvImageCodec decoders and the CUDA streams they decoded on (the caller's, each stage's own
-#: stream and its event) are never destroyed before the process ends: destroying a decoder
-#: after its executor (and stream) went away crashed test processes on an H100. Each GpuDecoder
-#: still gets decoders of its own (concurrent decode calls on one decoder from two threads
-#: hung), so this only keeps them alive.
-_KEEP_ALIVE: list[Any] = []
-_KEEP_LOCK = threading.Lock()
+#: decoders not closed yet: an atexit hook closes them before the interpreter tears modules down
+#: (each GpuDecoder has decoder objects of its own: concurrent decode calls on one decoder object
+#: from two threads hung)
+_OPEN: weakref.WeakSet[GpuDecoder] = weakref.WeakSet()
+_OPEN_LOCK = threading.Lock()
 #: output images kept for reuse per decoder stage, and the largest buffer worth keeping
 _POOL_MAX_IMAGES = 256
 _POOL_MAX_BYTES = 16 << 20
 
 
 def _make_decoder(nv: Any, device_id: int, kinds: tuple[Any, ...], options: str, cpu_threads: int) -> Any:
-    dec = nv.Decoder(
+    return nv.Decoder(
         device_id=device_id, max_num_cpu_threads=cpu_threads, backends=[nv.Backend(k) for k in kinds], options=options
     )
-    with _KEEP_LOCK:
-        _KEEP_ALIVE.append(dec)
-    return dec
+
+
+@atexit.register
+def _close_open_decoders() -> None:
+    """Close the decoders a model left open, while the interpreter and nvImageCodec are whole."""
+    with _OPEN_LOCK:
+        left = list(_OPEN)
+    for decoder in left:
+        decoder.close()
 
 
 class _Stage:
@@ -116,10 +148,21 @@ class _Stage:
         self.free: list[Any] = []
         self.lent: list[Any] = []
 
-    def release(self) -> None:
-        """Make every lent image reusable; buffers grown past ``_POOL_MAX_BYTES`` are dropped."""
+    def release(self, max_bytes: int | None = None) -> None:
+        """Make every lent image reusable; buffers grown past ``_POOL_MAX_BYTES`` are dropped, and so are
+        those that would take the kept images past ``max_bytes`` (the instance's share of its GPU budget)."""
         keep = [img for img in self.lent if img.capacity <= _POOL_MAX_BYTES]
-        self.free.extend(keep[: max(0, _POOL_MAX_IMAGES - len(self.free))])
+        room = max(0, _POOL_MAX_IMAGES - len(self.free))
+        if max_bytes is not None:
+            held = sum(img.capacity for img in self.free)
+            fits = []
+            for img in keep[:room]:
+                if held + img.capacity > max_bytes:
+                    break
+                held += img.capacity
+                fits.append(img)
+            keep = fits
+        self.free.extend(keep[:room])
         self.lent.clear()
 
 
@@ -154,7 +197,13 @@ class GpuDecoder:
     """
 
     def __init__(
-        self, device_id: int, stream: Any, options: DecoderOptions | None = None, *, min_chunk: int = 8
+        self,
+        device_id: int,
+        stream: Any,
+        options: DecoderOptions | None = None,
+        *,
+        min_chunk: int = 8,
+        keep_bytes: int | None = None,
     ) -> None:
         options = options or DecoderOptions()
         nv = import_nvimgcodec()
@@ -162,13 +211,20 @@ class GpuDecoder:
         self.stream = stream
         self.device_id = device_id
         self.min_chunk = max(1, min_chunk)
-        with _KEEP_LOCK:
-            _KEEP_ALIVE.append(stream)
+        #: the most bytes of decoded images kept for reuse per stage (None: only the count limits it)
+        self.keep_bytes = keep_bytes
+        self._closed = False
+        self._pool: ThreadPoolExecutor | None = None
+        self.hw: list[_Stage] = []
+        self.cuda: _Stage | None = None
+        with _OPEN_LOCK:
+            _OPEN.add(self)
         #: recorded on the caller's stream when a call begins; every stage's stream waits for it
         self._ready = self._new_event()
         self.hw = self._hardware_stages(options)
         self.cuda = self._cuda_stage(options)
         if not self.hw and self.cuda is None:
+            self.close()
             raise RuntimeUnavailable(f"nvImageCodec could not create any GPU decoder on GPU {device_id}")
         self.params = nv.DecodeParams(apply_exif_orientation=True, color_spec=nv.ColorSpec.SRGB, allow_any_depth=False)
         parts = ([f"gpu_hw x{len(self.hw)}"] if self.hw else []) + (["gpu_cuda"] if self.cuda else [])
@@ -209,32 +265,50 @@ class GpuDecoder:
         return _Stage("gpu_cuda", dec, *self._new_stream())
 
     def _new_event(self) -> Any:
-        """A CUDA event for ordering only (no timing) on this decoder's GPU, kept alive like the decoders."""
+        """A CUDA event for ordering only (no timing) on this decoder's GPU."""
         cp = import_cupy()
         with cp.cuda.Device(self.device_id):
-            event = cp.cuda.Event(disable_timing=True)
-        with _KEEP_LOCK:
-            _KEEP_ALIVE.append(event)
-        return event
+            return cp.cuda.Event(disable_timing=True)
 
     def _new_stream(self) -> tuple[Any, Any]:
-        """``(stream, done event)`` for a new stage: its own non-blocking stream. Created once, kept alive like
-        the decoders."""
+        """``(stream, done event)`` for a new stage: its own non-blocking stream."""
         cp = import_cupy()
         with cp.cuda.Device(self.device_id):
             stream = cp.cuda.Stream(non_blocking=True)
-        with _KEEP_LOCK:
-            _KEEP_ALIVE.append(stream)
         return stream, self._new_event()
 
     def close(self) -> None:
-        """Stop the helper threads; the decoders themselves stay alive until the process ends."""
+        """Release everything, in the order that cannot fail (see the module's "Teardown"); idempotent.
+
+        The caller's stream is the caller's: it stays, and the caller releases it after this.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        with _OPEN_LOCK:
+            _OPEN.discard(self)
         if self._pool is not None:
             self._pool.shutdown(wait=True)
-        for stage in self._stages():
+        stages = self._stages()
+        cp = import_cupy()
+        try:  # nothing of ours may still run when its buffers and decoders go
+            with cp.cuda.Device(self.device_id):
+                for stream in [self.stream, *(stage.stream for stage in stages)]:
+                    if stream is not None:
+                        stream.synchronize()
+        except (cp.cuda.runtime.CUDARuntimeError, cp.cuda.driver.CUDADriverError) as e:
+            log.info("closing the GPU decoders after a CUDA error (%s): releasing what can be released", e)
+        for stage in stages:  # the output images, while the streams they were decoded on live
             stage.free.clear()
             stage.lent.clear()
-        self.hw.clear()
+        gc.collect()
+        for stage in stages:  # the decoder objects (each joins its own threads)
+            stage.decoder = None
+        gc.collect()
+        for stage in stages:  # then their streams and events
+            stage.stream = stage.done = None
+        self._ready = None
+        self.hw = []
         self.cuda = None
 
     def _stages(self) -> list[_Stage]:
@@ -249,7 +323,7 @@ class GpuDecoder:
         stands when :meth:`decode` begins).
         """
         for stage in self._stages():
-            stage.release()
+            stage.release(self.keep_bytes)
 
     def _wrap(self, img: Any, path: str) -> DecodedImage | None:
         if img is None or img.buffer_kind != self.nv.ImageBufferKind.STRIDED_DEVICE:
@@ -320,15 +394,19 @@ class GpuDecoder:
             left += f.result()
         return sorted(left)
 
-    def decode(self, data: Sequence[bytes]) -> list[DecodedImage | None]:
+    def decode(self, data: Sequence[bytes], hardware: Sequence[bool] | None = None) -> list[DecodedImage | None]:
         """Decode ``data``; ``None`` where no GPU stage produced 8-bit RGB.
 
-        The images are ready for work enqueued on the caller's stream after this returns (the caller's
-        stream has been made to wait for every stage that ran).
+        ``hardware[i]`` says whether image ``i`` may go to the hardware stage (JPEGs); the others (JPEG
+        2000, TIFF) go straight to the second stage. The images are ready for work enqueued on the caller's
+        stream after this returns (the caller's stream has been made to wait for every stage that ran).
         """
+        if self._closed:
+            raise RuntimeUnavailable("the GPU decoders are closed (the model is being unloaded)")
         results: list[DecodedImage | None] = [None] * len(data)
         self._ready.record(self.stream)  # before any stage starts: they all wait for what precedes this call
-        todo = list(range(len(data)))
+        todo = [i for i in range(len(data)) if hardware is None or hardware[i]]
+        direct = [i for i in range(len(data)) if hardware is not None and not hardware[i]]
         side = None
         if self._hw_cut is not None and self._pool is not None and len(todo) > 1:
             to_hw = {i: zlib.crc32(data[i][-256:]) % 1000 < self._hw_cut for i in todo}
@@ -343,6 +421,7 @@ class GpuDecoder:
                 wait([side])
         if side is not None:
             side.result()  # what the CUDA stage could not decode stays None: Pillow takes it
-        if todo and self.cuda is not None:  # the hardware decoders' leftovers (progressive, odd subsampling)
+        todo = sorted(todo + direct)  # the hardware decoders' leftovers (progressive, odd subsampling), other formats
+        if todo and self.cuda is not None:
             self._run_stage(self.cuda, data, todo, results)
         return results

@@ -10,6 +10,17 @@ decoded once, however many outputs read it. All GPU work is ordered on this inst
 (the decoder objects decode on streams of their own, joined to it by events), synchronized once at
 the end, because Triton reads the outputs right after ``execute``. A sticky CUDA error on the way
 raises :class:`~tritonprep.errors.InstanceFailed` (:func:`tritonprep.cuda.cuda_fault_guard`).
+
+JPEG 2000 and TIFF files whose header says the GPU decodes them as Pillow does go to nvImageCodec too
+(its nvJPEG2000 and nvTIFF decoders); the rest, and whatever the GPU declines, to Pillow. Decode
+failures are logged counted, at most once a minute per kind (:mod:`tritonprep.decode.failures`).
+
+With a ``gpu_memory_mb`` budget (:mod:`tritonprep.memory`) the executor caps CuPy's memory pool to
+it, less the CUDA context and the hardware decoders' preallocated buffers, and the decoded images
+its decoders keep for reuse to a quarter of that; a batch that does not fit raises
+:class:`~tritonprep.errors.ResourceExhausted` (the model retries it request by request) instead of
+the process running out of memory. :attr:`GpuExecutor.timings` holds the start-up phases' seconds
+and :meth:`GpuExecutor.close` releases the GPU in order (decoders, then pools, then the stream).
 """
 
 from __future__ import annotations
@@ -23,13 +34,16 @@ from typing import Any
 
 import numpy as np
 
+from .. import cache
 from ..cuda import cuda_fault_guard, import_cupy
 from ..decode import ImageHeader, validate
+from ..decode.failures import FailureLog
 from ..decode.nvimgcodec import DecodedImage, GpuDecoder
 from ..decode.pillow import decode_rgb
-from ..errors import ImageError, RuntimeUnavailable
+from ..errors import ImageError, ResourceExhausted, RuntimeUnavailable
 from ..geometry import check_resizable, plan_resize
 from ..kernels.layout import ImageMeta, pack
+from ..memory import CUDA_CONTEXT_MB, instance_budget_mb, working_mb
 from ..spec import OutputSpec, PreprocessConfig
 from .base import BatchResult, ImageInfo, Wanted, as_config, resolve_wanted
 
@@ -37,6 +51,21 @@ log = logging.getLogger(__name__)
 
 #: the largest pinned staging buffer kept between calls (bigger uploads get a temporary one)
 STAGING_KEEP_BYTES = 64 << 20
+#: what nvJPEG's hardware decoder holds per preallocated pixel (its RGB output buffers), bytes
+HW_PREALLOC_BYTES_PER_PIXEL = 3
+
+
+def pool_limit_mb(config: PreprocessConfig) -> int | None:
+    """The CuPy pool cap of an instance of ``config`` (None: no ``gpu_memory_mb``): its budget less the CUDA
+    context and the hardware decoders' preallocated buffers."""
+    budget = instance_budget_mb(config.gpu_memory_mb)
+    if budget is None:
+        return None
+    d = config.decoding
+    decoders = d.hw_decoders if d.gpu_decoder == "nvimgcodec" and d.hw_decoder else 0
+    width, height, batch = d.hw_decoder_prealloc
+    decoders_mb = -(-decoders * width * height * batch * HW_PREALLOC_BYTES_PER_PIXEL // 2**20)
+    return working_mb(budget, CUDA_CONTEXT_MB + decoders_mb, "preprocessing batches")
 
 
 @dataclass
@@ -82,30 +111,49 @@ class GpuExecutor:
     name = "gpu"
 
     def __init__(self, spec: OutputSpec | PreprocessConfig, device_id: int = 0) -> None:
+        t0 = time.perf_counter()
+        #: seconds of each start-up phase (imports, cuda_context, decoders, warm_up), for the instance report
+        self.timings: dict[str, float] = {}
+        cache.use_for_cupy()  # before the first kernel is compiled: a later start loads it from the cache
         cp = import_cupy()
         self.cp = cp
         self.config = config = as_config(spec)
+        #: the CuPy pool's cap, MiB (None: no gpu_memory_mb)
+        self.pool_limit_mb = pool_limit_mb(config)
+        self.failures = FailureLog(log, f"GPU executor on device {device_id}")
+        self.timings["imports"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
         try:
             self.device = cp.cuda.Device(device_id)
             self.device.use()
             self.stream = cp.cuda.Stream(non_blocking=True)
         except cp.cuda.runtime.CUDARuntimeError as e:
             raise RuntimeUnavailable(f"GPU {device_id} is not usable: {e}") from None
+        if self.pool_limit_mb is not None:
+            with self.device:
+                cp.get_default_memory_pool().set_limit(size=self.pool_limit_mb << 20)
         from ..kernels import launch  # imports CuPy-dependent code only now
 
         self._kernels = launch
+        self.timings["cuda_context"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
         self.decoder: GpuDecoder | None = None
         if config.decoding.gpu_decoder == "nvimgcodec":
             try:
-                self.decoder = GpuDecoder(device_id, self.stream, config.decoding)
+                keep = None if self.pool_limit_mb is None else (self.pool_limit_mb << 20) // 4
+                self.decoder = GpuDecoder(device_id, self.stream, config.decoding, keep_bytes=keep)
             except RuntimeUnavailable as e:
                 log.warning("GPU %d: %s; decoding with Pillow, preprocessing on the GPU", device_id, e)
+        self.timings["decoders"] = time.perf_counter() - t0
         threads = config.resolved_cpu_threads
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tritonprep-gpu-cpu")
         self._pinned: Any = None
         self._in_flight_staging: Any = None
+        self._closed = False
         try:
+            t0 = time.perf_counter()
             self._warm_up()
+            self.timings["warm_up"] = time.perf_counter() - t0
         except BaseException:  # the caller never gets this executor: stop its threads and decoders here
             self.close()
             raise
@@ -116,7 +164,11 @@ class GpuExecutor:
         kernels = ", ".join(
             f"{name} {s.interpolation}/{s.layout}/{s.channel_order}/{s.dtype}" for name, s in self.config.outputs
         )
-        return f"GPU executor on device {self.device.id}: decoder {decoder}; kernel {kernels}"
+        pool = f"; CuPy pool capped at {self.pool_limit_mb} MiB" if self.pool_limit_mb is not None else ""
+        phases = ", ".join(f"{k} {v:.2f} s" for k, v in self.timings.items())
+        return (
+            f"GPU executor on device {self.device.id}: decoder {decoder}; kernel {kernels}{pool}; started in {phases}"
+        )
 
     # ------------------------------------------------------------------ helpers
     def _warm_up(self) -> None:
@@ -154,25 +206,30 @@ class GpuExecutor:
         """Hand pinned blocks that nothing uses any more back to the driver (CuPy caches them)."""
         self.cp.get_default_pinned_memory_pool().free_all_blocks()
 
-    @staticmethod
-    def _gpu_decodable(header: ImageHeader) -> bool:
-        """Whether the GPU decoder should take the image: JPEGs except CMYK/YCCK (Pillow converts Adobe
-        CMYK correctly) and malformed EXIF (Pillow's reading of it is the reference, nvImageCodec's may differ)."""
+    def _gpu_decodable(self, header: ImageHeader) -> bool:
+        """Whether the GPU decoder should take the image (its format one of ``gpu_formats``): JPEGs except CMYK/YCCK
+        (Pillow converts Adobe CMYK correctly) and malformed EXIF (Pillow's reading of it is the reference,
+        nvImageCodec's may differ); JPEG 2000 and TIFF files whose header says the GPU decodes them as Pillow does."""
+        if header.format not in self.config.decoding.gpu_formats:
+            return False
         jpeg = header.jpeg
-        return jpeg is not None and jpeg.components in (1, 3) and jpeg.orientation is not None
+        if jpeg is None:
+            return header.gpu_decodable
+        return jpeg.components in (1, 3) and jpeg.orientation is not None
 
-    def _gpu_decode(self, data: list[bytes]) -> list[DecodedImage | None]:
-        """Batch decode; if the decoder fails the whole batch, bisect to isolate the culprits."""
+    def _gpu_decode(self, data: list[bytes], hardware: list[bool]) -> list[DecodedImage | None]:
+        """Batch decode (``hardware``: the JPEGs, which may go to the hardware decoder); if the decoder fails the
+        whole batch, bisect to isolate the culprits."""
         assert self.decoder is not None
         try:
-            return self.decoder.decode(data)
+            return self.decoder.decode(data, hardware)
         except (RuntimeError, ValueError) as e:
             self.check_context()  # a poisoned context is not the images' fault: fail the instance
             if len(data) == 1:
-                log.warning("nvImageCodec failed on an image (%s); falling back to Pillow for it", e)
+                self.failures.count("gpu_error", example=f"nvImageCodec: {e}; Pillow decodes it", level=logging.WARNING)
                 return [None]
             mid = len(data) // 2
-            return self._gpu_decode(data[:mid]) + self._gpu_decode(data[mid:])
+            return self._gpu_decode(data[:mid], hardware[:mid]) + self._gpu_decode(data[mid:], hardware[mid:])
 
     def _cpu_decode(self, data: bytes, header: ImageHeader) -> np.ndarray | ImageError:
         try:
@@ -203,8 +260,21 @@ class GpuExecutor:
         out of service and restarted instead of failing every request silently.
         """
         rows = resolve_wanted(self.config, len(images), wanted)
+        oom = self.cp.cuda.memory.OutOfMemoryError
         with cuda_fault_guard(self.device.id, "the GPU executor", probe=self.check_context):
-            return self._run(images, rows)
+            try:
+                try:
+                    return self._run(images, rows)
+                except oom:
+                    self._release_pools()  # what the pool caches in blocks of other sizes: once more with it freed
+                    return self._run(images, rows)
+            except oom as e:
+                self._release_pools()
+                raise ResourceExhausted(
+                    f"{len(images)} image(s) do not fit in this instance's GPU memory"
+                    + (f" (gpu_memory_mb caps its CuPy pool at {self.pool_limit_mb} MiB)" if self.pool_limit_mb else "")
+                    + f": {e}; send fewer or smaller images per request, or raise gpu_memory_mb"
+                ) from None
 
     def check_context(self) -> None:
         """Raise CuPy's CUDA error if this process's context holds a sticky error."""
@@ -221,9 +291,11 @@ class GpuExecutor:
         errors, headers, gpu_idx, cpu_idx = self._check(images)
         decoded = _Decoded()
         with self.device, self.stream:
-            cpu_idx += self._decode_on_gpu(images, gpu_idx, decoded)
+            cpu_idx += self._decode_on_gpu(images, gpu_idx, decoded, headers)
             t_decode_gpu = time.perf_counter()
             errors.update(self._decode_on_cpu(images, headers, cpu_idx, decoded))
+            for e in errors.values():
+                self.failures.count(e.reason, example=str(e))
             t_decode = time.perf_counter()
             outputs = self._launch(wanted, decoded.sources)
             self.stream.synchronize()
@@ -258,13 +330,17 @@ class GpuExecutor:
             (gpu_idx if self.decoder is not None and self._gpu_decodable(headers[i]) else cpu_idx).append(i)
         return errors, headers, gpu_idx, cpu_idx
 
-    def _decode_on_gpu(self, images: Sequence[bytes], gpu_idx: list[int], decoded: _Decoded) -> list[int]:
+    def _decode_on_gpu(
+        self, images: Sequence[bytes], gpu_idx: list[int], decoded: _Decoded, headers: Mapping[int, ImageHeader]
+    ) -> list[int]:
         """Decode ``gpu_idx`` with nvImageCodec into ``decoded``; return the indices it left to Pillow."""
         left: list[int] = []
         if not gpu_idx:
             return left
-        for i, img in zip(gpu_idx, self._gpu_decode([images[i] for i in gpu_idx])):
+        hardware = [headers[i].format == "JPEG" for i in gpu_idx]
+        for i, img in zip(gpu_idx, self._gpu_decode([images[i] for i in gpu_idx], hardware)):
             if img is None:
+                self.failures.count("gpu_fallback", example=f"a {headers[i].format} the GPU declined")
                 left.append(i)
                 continue
             decoded.sources[i] = (img.ptr, img.width, img.height, img.pitch)
@@ -312,14 +388,41 @@ class GpuExecutor:
         if temporary:  # an oversized upload's own buffer: hand it back now
             self._release_pinned()
 
+    def _release_pools(self) -> None:
+        """Hand the cached blocks of CuPy's device and pinned pools back to the driver."""
+        with self.device:
+            self.cp.get_default_memory_pool().free_all_blocks()
+        self._release_pinned()
+
     def close(self) -> None:
-        """Wait for outstanding GPU work, then release the decoders and the CPU fallback threads."""
+        """Release the GPU, in the order that cannot fail at interpreter exit; idempotent.
+
+        The stream's work is awaited, the decoders closed (their threads joined, their images, decoder
+        objects, streams and events released in order), the CPU fallback threads joined, the staging buffer
+        and the pools' cached blocks handed back, and the stream dropped last.
+        """
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
+        t0 = time.perf_counter()
+        cuda_errors = (self.cp.cuda.runtime.CUDARuntimeError, self.cp.cuda.driver.CUDADriverError)
         try:
             self.stream.synchronize()
-        finally:  # a poisoned context raises here: the threads are stopped all the same
+        except cuda_errors as e:
+            log.info("closing the GPU executor after a CUDA error (%s): releasing what can be released", e)
+        finally:  # a poisoned context raises above: the threads are stopped all the same
             if self.decoder is not None:
                 self.decoder.close()
+                self.decoder = None
             self._pool.shutdown(wait=True)
+            self.failures.flush()
+            self._pinned = self._in_flight_staging = None
+            try:
+                self._release_pools()
+            except cuda_errors as e:
+                log.info("releasing the CuPy pools: %s", e)
+            log.info("GPU executor on device %d: released in %.2f s", self.device.id, time.perf_counter() - t0)
+            self.stream = None
 
     def __enter__(self) -> GpuExecutor:
         return self

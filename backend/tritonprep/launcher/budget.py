@@ -21,7 +21,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..errors import ServerError
+from .. import memory
+from ..errors import ConfigError, ServerError
 
 #: tritonserver's own GPU memory per GPU (its CUDA context and allocations), besides its CUDA memory pool
 TRITON_MB = 1000
@@ -56,27 +57,12 @@ def auto_budget_mb(total_mb: int) -> int:
 
 
 def parse_gpu_memory(text: str, model: str = "") -> dict[int | None, int]:
-    """A ``gpu_memory_mb`` declaration: ``{None: MiB}`` for one number, else ``{largest bucket: MiB}``."""
-    where = f"{model}: " if model else ""
-    value = text.strip()
+    """A ``gpu_memory_mb`` declaration (:func:`tritonprep.memory.parse`: the instances read it the same way):
+    ``{None: MiB}`` for one number, else ``{largest bucket: MiB}``; a :class:`ServerError` naming ``model``."""
     try:
-        if ":" not in value:
-            mb = int(value)
-            if mb <= 0:
-                raise ValueError
-            return {None: mb}
-        out: dict[int | None, int] = {}
-        for part in value.split(","):
-            bucket, _, mb = part.partition(":")
-            out[int(bucket)] = int(mb)
-        if any(k is None or k <= 0 or v <= 0 for k, v in out.items()):
-            raise ValueError
-        return out
-    except ValueError:
-        raise ServerError(
-            f'{where}gpu_memory_mb must be MiB ("1800") or "<largest bucket>:<MiB>,..." ("64:1600,32:1200"); '
-            f"got {text!r}"
-        ) from None
+        return memory.parse(text)
+    except ConfigError as e:
+        raise ServerError(f"{model}: {e}" if model else str(e)) from None
 
 
 @dataclass(frozen=True)

@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import memory
 from ..errors import ServerError
 from .budget import Choice, Demand, Plan, parse_gpu_memory, plan
 
 log = logging.getLogger(__name__)
 
-GPU_MEMORY_PARAM = "gpu_memory_mb"
+GPU_MEMORY_PARAM = memory.PARAMETER
 BUCKET_PARAMS = ("batch_buckets", "network.batch_buckets")
 CONFIG = "config.pbtxt"
 

@@ -1,8 +1,8 @@
 """``classify_fused``: raw images in, top-k predictions out, in one Python-backend instance.
 
-The ``classify`` ensemble runs three models, each its own process: ``preprocess`` (decode +
-kernels) hands a GPU tensor to ``classifier`` (the network), which hands logits to
-``postprocess`` (softmax, top-k, names). Every step pays the Python backend's per-request cost
+The ``classify`` ensemble runs two models, each its own process: ``preprocess`` (decode +
+kernels) hands a GPU tensor to ``classifier`` (the network and its top-k; in the container a third,
+``postprocess``, takes the logits). Every step pays the Python backend's per-request cost
 (the request and its tensors cross into the stub and back, a GPU tensor through CUDA IPC), and
 on one GPU the steps' processes time-slice the GPU between their CUDA contexts. This model does
 the same three things in one process, per ``execute()``:
@@ -13,8 +13,8 @@ the same three things in one process, per ``execute()``:
 2. the batch of the requests whose images all decoded runs through the network
    (:func:`~tritonprep.classifier.runtimes.load_runtime`: on a GPU instance ONNX Runtime's CUDA EP
    with a session and CUDA graph per batch bucket, reading the executor's GPU batch where it is);
-3. the logits come to the host once (a few KB per image) for softmax and top-k
-   (:class:`~tritonprep.classifier.postprocess.TopK`, the ``postprocess`` model's).
+3. softmax and top-k run where the logits are (on the GPU for a GPU runtime; only the ``k`` scores and
+   ids per image come to the host: :class:`~tritonprep.classifier.postprocess.TopK`, the classifier's).
 
 These are the steps of one :class:`~tritonprep.triton.isolation.RequestIsolation`, so the errors are
 ``classify``'s too: a bad image fails its own request (``image i of n [reason]: ...``), a failure of
@@ -39,11 +39,12 @@ import numpy as np
 from ..classifier.postprocess import TopK
 from ..classifier.runtimes import RuntimeOptions, load_runtime
 from ..errors import ConfigError
+from ..memory import CUDA_CONTEXT_MB, PARAMETER, instance_budget_mb
 from ..spec import PreprocessConfig
 from ..triton.isolation import RequestIsolation, row_batched
 from ..triton.pb import model_config, output_dims, parameters
 from ..triton.preprocess import Preprocessed, PreprocessStage, RequestImages
-from ..triton.tensors import named_tensors, to_numpy
+from ..triton.tensors import named_tensors
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,15 @@ def split_parameters(params: Mapping[str, str]) -> tuple[dict[str, str], dict[st
     return prep, net
 
 
+def split_budget(budget_mb: int | None) -> tuple[int | None, int]:
+    """An instance's ``gpu_memory_mb`` shared by its two parts: ``(the preprocessing's budget, the MiB the
+    network leaves it)``. Both run in one CUDA context; the preprocessing gets a quarter of the rest."""
+    if budget_mb is None:
+        return None, 0
+    prep_share = max(0, budget_mb - CUDA_CONTEXT_MB) // 4
+    return CUDA_CONTEXT_MB + prep_share, prep_share
+
+
 class FusedClassifyModel:
     """One instance of ``classify_fused``: the preprocess stage, the network and top-k as the steps of one job."""
 
@@ -72,6 +82,14 @@ class FusedClassifyModel:
         max_batch = int(config.get("max_batch_size", 0))
         if max_batch < 1:
             raise ConfigError("classify_fused needs max_batch_size >= 1 (images travel along the batch dim)")
+        network = Path(args["model_repository"]).parent / net_params.pop("model", DEFAULT_NETWORK)
+        options = RuntimeOptions.from_parameters(net_params, max_batch)
+        # one gpu_memory_mb for the instance: the preprocessing's share, and the network's arenas the rest
+        budget = instance_budget_mb(prep_params.get(PARAMETER), options.batch_buckets)
+        prep_budget, prep_share = split_budget(budget)
+        if budget is not None:
+            prep_params[PARAMETER] = str(prep_budget)
+            options = RuntimeOptions.from_parameters({**net_params, PARAMETER: str(budget)}, max_batch)
         prep_config = PreprocessConfig.from_parameters(prep_params, [PIXELS])
         spec = prep_config.spec(PIXELS)
         if spec.layout != "NCHW" or spec.dtype != "FP32":
@@ -79,16 +97,20 @@ class FusedClassifyModel:
                 f"the network takes FP32 NCHW input; the preprocess parameters give {spec.dtype} {spec.layout}"
             )
         self.prep = PreprocessStage(prep_config, args, input_name)
-        network = Path(args["model_repository"]).parent / net_params.pop("model", DEFAULT_NETWORK)
-        self.runtime = load_runtime(
-            network,
-            spec.output_shape,
-            options=RuntimeOptions.from_parameters(net_params, max_batch),
-            device_id=int(args["model_instance_device_id"]),
-            use_gpu=self.prep.executor.name == "gpu",
-            max_batch=max_batch,
-            stream=getattr(self.prep.executor, "stream", None),  # the GPU executor's: one stream for the whole job
-        )
+        try:
+            self.runtime = load_runtime(
+                network,
+                spec.output_shape,
+                options=options,
+                device_id=int(args["model_instance_device_id"]),
+                use_gpu=self.prep.executor.name == "gpu",
+                max_batch=max_batch,
+                stream=getattr(self.prep.executor, "stream", None),  # the GPU executor's: one stream for the job
+                shared_mb=prep_share,
+            )
+        except BaseException:  # the caller never gets this instance: release the preprocessing's GPU here
+            self.prep.close()
+            raise
         self.requests = RequestIsolation(
             args["model_name"],
             self.read,
@@ -111,12 +133,25 @@ class FusedClassifyModel:
 
     def classify(self, parts: list[Preprocessed]) -> tuple[np.ndarray, np.ndarray]:
         """Top-k probabilities and class ids of the network over the requests' pixels, one after the other."""
-        return self.top_k(to_numpy(self.runtime.infer_many([p.outputs[PIXELS] for p in parts])))
+        return self.top_k(self.runtime.infer_many([p.outputs[PIXELS] for p in parts]))  # where the logits are
 
     def respond(self, rows: Sequence[np.ndarray]) -> list[Any]:
         """One request's output tensors from its rows of :meth:`classify`'s outputs."""
         return named_tensors(self.top_k.outputs(*rows))
 
+    @property
+    def timings(self) -> dict[str, float]:
+        """Seconds of each start-up phase: the preprocessing's (``prep.``) and the network's (``network.``)."""
+        prep = getattr(self.prep.executor, "timings", {})
+        return {
+            **{f"prep.{k}": v for k, v in prep.items()},
+            **{f"network.{k}": v for k, v in self.runtime.timings.items()},
+        }
+
     def close(self) -> None:
-        """Send the last metrics; release the executor's threads and device memory."""
-        self.prep.close()
+        """Release the network (its sessions run on the executor's stream), then send the last metrics and
+        release the executor's threads, decoders and device memory."""
+        try:
+            self.runtime.close()
+        finally:
+            self.prep.close()

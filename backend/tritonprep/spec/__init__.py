@@ -26,7 +26,7 @@ Ultralytics' LetterBox); explicit parameters override it.
 from __future__ import annotations
 
 from .config import PreprocessConfig
-from .options import EXECUTORS, GPU_DECODERS, KNOWN_FORMATS, DecoderOptions, Limits
+from .options import EXECUTORS, GPU_DECODERS, GPU_FORMATS, KNOWN_FORMATS, DecoderOptions, Limits
 from .outputs import (
     CHANNEL_ORDERS,
     DTYPES,
@@ -45,6 +45,7 @@ __all__ = [
     "DTYPES",
     "EXECUTORS",
     "GPU_DECODERS",
+    "GPU_FORMATS",
     "INTERPOLATIONS",
     "KNOWN_FORMATS",
     "LAYOUTS",

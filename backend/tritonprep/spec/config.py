@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConfigError
-from ..parameters import LAUNCHER_PARAMETERS, check_choice
+from ..memory import instance_budget_mb
+from ..parameters import check_choice
 from .options import EXECUTORS, DecoderOptions, Limits
 from .outputs import OutputSpec
 from .provenance import PROVENANCE, provenance_of
@@ -31,9 +32,13 @@ class PreprocessConfig:
     cpu_threads: int = 0
     decoding: DecoderOptions = field(default_factory=DecoderOptions)
     limits: Limits = field(default_factory=Limits)
+    #: the most GPU memory one GPU instance may hold (the parameter's text, tritonprep.memory; "": no cap)
+    gpu_memory_mb: str = ""
 
     def __post_init__(self) -> None:
         check_choice("executor", self.executor, EXECUTORS)
+        if self.gpu_memory_mb:
+            instance_budget_mb(self.gpu_memory_mb)  # a malformed budget fails the load, not the first GPU use
         if self.cpu_threads < 0:
             raise ConfigError(f"cpu_threads must be >= 0, got {self.cpu_threads}")
         if not self.outputs:
@@ -141,7 +146,7 @@ def _split(params: Mapping[str, str], image_outputs: Sequence[str]) -> tuple[dic
     common: dict[str, str] = {}
     own: dict[str, dict[str, str]] = {name: {} for name in image_outputs}
     for key, text in params.items():
-        if check_retired(key, text) or (key in LAUNCHER_PARAMETERS and key not in TABLE):  # the launcher's
+        if check_retired(key, text):
             continue
         output, _, name = key.rpartition(".")
         if name not in TABLE:

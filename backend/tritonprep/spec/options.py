@@ -13,7 +13,9 @@ from ..parameters import check_choice
 
 EXECUTORS = ("auto", "gpu", "cpu")
 GPU_DECODERS = ("nvimgcodec", "pillow")
-KNOWN_FORMATS = ("JPEG", "PNG", "WEBP", "BMP", "GIF", "TIFF")
+KNOWN_FORMATS = ("JPEG", "PNG", "WEBP", "BMP", "GIF", "TIFF", "JPEG2000")
+#: the formats nvImageCodec's GPU decoders may take (nvJPEG, nvJPEG2000, nvTIFF); Pillow decodes the others
+GPU_FORMATS = ("JPEG", "JPEG2000", "TIFF")
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,8 @@ class DecoderOptions:
     hw_decoder_prealloc: tuple[int, int, int] = (1024, 768, 64)
     #: JPEG chroma upsampling like libjpeg-turbo's default
     fancy_upsampling: bool = True
+    #: the formats the GPU decoders take (the plain cases of each: tritonprep.decode.headers); Pillow the rest
+    gpu_formats: tuple[str, ...] = GPU_FORMATS
 
     def __post_init__(self) -> None:
         check_choice("gpu_decoder", self.gpu_decoder, GPU_DECODERS)
@@ -53,6 +57,8 @@ class DecoderOptions:
                 )
         if len(self.hw_decoder_prealloc) != 3 or min(self.hw_decoder_prealloc) < 1:
             raise ConfigError("hw_decoder_prealloc must be three positive integers: width,height,batch")
+        if any(f not in GPU_FORMATS for f in self.gpu_formats):
+            raise ConfigError(f"gpu_formats must be a subset of {', '.join(GPU_FORMATS)}; got {self.gpu_formats}")
 
 
 @dataclass(frozen=True)

@@ -142,6 +142,22 @@ PARAMETERS: tuple[Parameter, ...] = (
         "true",
         "JPEG chroma upsampling like libjpeg-turbo's default (GPU decoder option)",
     ),
+    Parameter(
+        "gpu_formats",
+        "decoding.gpu_formats",
+        read_upper_list,
+        "JPEG,JPEG2000,TIFF",
+        "GPU executor: the formats nvImageCodec's GPU decoders take (JPEG: nvJPEG; JPEG2000: nvJPEG2000; TIFF: "
+        "nvTIFF), each in the plain cases they decode as Pillow does; Pillow decodes the others",
+    ),
+    Parameter(
+        "gpu_memory_mb",
+        "model.gpu_memory_mb",
+        lambda _name, text: text.strip(),
+        "",
+        "GPU instances: the most GPU memory one instance may hold, its CUDA context included, MiB (empty: no cap); "
+        "caps its CuPy pool and the decoded images it keeps (tritonprep.memory)",
+    ),
     Parameter("max_encoded_bytes", "limits.max_encoded_bytes", read_int, "20000000", "largest accepted encoded image"),
     Parameter("max_pixels", "limits.max_pixels", read_int, "16800000", "largest accepted decoded image (width*height)"),
     Parameter("max_images_per_request", "limits.max_images_per_request", read_int, "64", "most images in one request"),
@@ -152,8 +168,8 @@ PARAMETERS: tuple[Parameter, ...] = (
         "allowed_formats",
         "limits.allowed_formats",
         read_upper_list,
-        "JPEG,PNG,WEBP,BMP,GIF,TIFF",
-        "formats Pillow may open",
+        "JPEG,PNG,WEBP,BMP,GIF,TIFF,JPEG2000",
+        "formats the server opens (JPEG2000: J2K codestreams and JP2 files)",
     ),
 )
 

@@ -161,11 +161,26 @@ class PreprocessMetrics:
         self._wake.set()
 
     def close(self, timeout_s: float = 5.0) -> None:
-        """Send what is recorded and stop the sender thread."""
-        if self.enabled and self._sender.is_alive():
+        """Send what is recorded, stop the sender thread, then delete the metrics and their families.
+
+        Deleted here, in ``finalize``, while the stub can still tell the server: a ``MetricFamily`` left to
+        the garbage collector is deleted while the stub is being torn down, and its destructor's message to
+        the server has nowhere to go.
+        """
+        if not self.enabled:
+            return
+        if self._sender.is_alive():
             self._closing = True
             self._wake.set()
             self._sender.join(timeout_s)
+        if self._sender.is_alive():
+            return  # still sending (a stuck server): its metrics stay, rather than be deleted under it
+        self.enabled = False
+        self._counters.clear()  # the metrics first, then their families
+        self._gauge_metrics.clear()
+        self._batch = None
+        self._families.clear()
+        self._all_families = ()
 
     def _send_loop(self) -> None:
         while True:

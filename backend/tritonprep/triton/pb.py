@@ -46,6 +46,19 @@ def setup_logging(level: int = logging.INFO) -> None:
         root.propagate = False
 
 
+def teardown_logging() -> None:
+    """Stop sending this stub's log records to Triton's log: the last call of a model's ``finalize``.
+
+    After ``finalize`` the stub releases its logger before the model's objects and the interpreter go; a
+    record logged then (by a destructor, a thread still winding down) goes to stderr instead of a logger
+    that is no longer there.
+    """
+    root = logging.getLogger("tritonprep")
+    for handler in [h for h in root.handlers if isinstance(h, TritonLogHandler)]:
+        root.removeHandler(handler)
+    root.propagate = True
+
+
 def model_config(args: Mapping[str, str]) -> dict[str, Any]:
     """The model's configuration as a dict (Triton passes it as JSON); also routes logging to Triton."""
     setup_logging()

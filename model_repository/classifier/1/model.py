@@ -2,29 +2,52 @@
 
 Runs `model.onnx` (or its FP16 variant `model.fp16.onnx`) from this version folder on TensorRT,
 ONNX Runtime's CUDA EP (a session per batch bucket, CUDA graphs) or ONNX Runtime on the CPU
-(tritonprep.classifier.runtimes, which documents the config parameters). The container mode serves
-the same network with Triton's `tensorrt_plan` backend instead (configs/tensorrt.pbtxt).
+(tritonprep.classifier.runtimes, which documents the config parameters), and answers what each
+request asks for: `logits`, and the top-k predictions SCORES, CLASS_IDS and LABELS
+(tritonprep.classifier.postprocess.TopK, computed where the logits are: on the GPU for a GPU runtime),
+so that the `classify` and `analyze` ensembles need no postprocess step. The container mode serves
+the network with Triton's `tensorrt_plan` backend instead (configs/tensorrt.pbtxt), which answers
+logits only: its ensembles keep the `postprocess` step (classify/configs/tensorrt.pbtxt).
 """
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 import triton_python_backend_utils as pb_utils
 
+from tritonprep.classifier.postprocess import OUTPUTS as TOP_K_OUTPUTS
+from tritonprep.classifier.postprocess import TopK
 from tritonprep.classifier.runtimes import RuntimeOptions, load_runtime
 from tritonprep.errors import PreprocessError
-from tritonprep.triton.isolation import RequestIsolation, row_batched
-from tritonprep.triton.pb import model_config, parameters
-from tritonprep.triton.tensors import input_array, output_tensor, placement, to_numpy
+from tritonprep.triton.isolation import RequestIsolation
+from tritonprep.triton.pb import model_config, output_dims, parameters, teardown_logging
+from tritonprep.triton.tensors import input_array, named_tensors, placement, requested_outputs, to_numpy
 
 log = logging.getLogger("tritonprep.classifier")
+
+LOGITS = "logits"
+
+
+@dataclass(frozen=True)
+class NetworkInput:
+    """A request's images and the outputs it asked for."""
+
+    x: object
+    wanted: frozenset
+
+    def __len__(self):
+        return len(self.x)
 
 
 class TritonPythonModel:
     def initialize(self, args):
         config = model_config(args)
         max_batch = int(config["max_batch_size"])
+        dims = output_dims(config)
         try:
+            # the top-k outputs where the config declares them (k from their dims)
+            self.top_k = TopK.from_output_dims(dims) if any(name in dims for name in TOP_K_OUTPUTS) else None
             self.runtime = load_runtime(
                 Path(args["model_repository"]) / args["model_version"] / "model.onnx",
                 tuple(int(d) for d in config["input"][0]["dims"]),
@@ -35,9 +58,15 @@ class TritonPythonModel:
             )
         except PreprocessError as e:
             raise pb_utils.TritonModelException(f"classifier: {e}") from e
-        log.info("classifier instance %s: runtime %s", args["model_instance_name"], self.runtime.name)
+        self.offered = [name for name in dims if name == LOGITS or (self.top_k and name in TOP_K_OUTPUTS)]
+        log.info(
+            "classifier instance %s: runtime %s, outputs %s",
+            args["model_instance_name"],
+            self.runtime.name,
+            ", ".join(self.offered),
+        )
         self.placement_logged = False
-        self.requests = RequestIsolation(args["model_name"], self.read, [row_batched(self.run)], self.respond)
+        self.requests = RequestIsolation(args["model_name"], self.read, [self.run], self.respond)
 
     def execute(self, requests):
         return self.requests.execute(requests)
@@ -47,12 +76,34 @@ class TritonPythonModel:
         if not self.placement_logged:
             log.info("classifier: first batch input on the %s, runtime %s", placement(x), self.runtime.name)
             self.placement_logged = True
-        return x
+        return NetworkInput(x, requested_outputs(request, self.offered))
 
     def run(self, inputs):
-        # The logits leave on the host (4 KB an image, one copy per batch): the CPU postprocess reads
-        # them from shared memory instead of Triton fetching a GPU tensor per request.
-        return (to_numpy(self.runtime.infer_many(inputs)),)
+        """The network over every request's images at once, then only the outputs some request asked for:
+        the top-k where the logits are (a few bytes an image leave the GPU), the logits copied to the host."""
+        logits = self.runtime.infer_many([i.x for i in inputs])
+        wanted = frozenset().union(*(i.wanted for i in inputs))
+        top = self.top_k(logits) if self.top_k is not None and wanted & set(TOP_K_OUTPUTS) else None
+        host = to_numpy(logits) if LOGITS in wanted else None
+        results, start = [], 0
+        for i in inputs:
+            stop = start + len(i)
+            outputs = {}
+            if top is not None and i.wanted & set(TOP_K_OUTPUTS):
+                rows = self.top_k.outputs(top[0][start:stop], top[1][start:stop])
+                outputs.update((name, rows[name]) for name in TOP_K_OUTPUTS if name in i.wanted)
+            if host is not None and LOGITS in i.wanted:
+                outputs[LOGITS] = host[start:stop]
+            results.append(outputs)
+            start = stop
+        return results
 
     def respond(self, outputs):
-        return [output_tensor("logits", outputs[0])]
+        return named_tensors(outputs)
+
+    def finalize(self):
+        # the sessions, their CUDA graphs and buffers go now, in order, not at interpreter exit
+        try:
+            self.runtime.close()
+        finally:
+            teardown_logging()

@@ -8,6 +8,7 @@ import triton_python_backend_utils as pb_utils
 
 from tritonprep.errors import PreprocessError
 from tritonprep.pipeline.fused import FusedClassifyModel
+from tritonprep.triton.pb import teardown_logging
 
 
 class TritonPythonModel:
@@ -21,4 +22,7 @@ class TritonPythonModel:
         return self.model.execute(requests)
 
     def finalize(self):
-        self.model.close()
+        try:
+            self.model.close()
+        finally:
+            teardown_logging()

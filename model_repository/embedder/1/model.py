@@ -1,8 +1,9 @@
 """Triton Python-backend model `embedder`: EfficientNet-Lite0's L2-normalised pooled features.
 
-Runs `model.onnx` from this version folder (scripts/export_embedder.py) on the best runtime
-installed, like the classifier (tritonprep.classifier.runtimes), and returns the unit vectors in
-the dtype its config's `embedding` output declares (tritonprep.classifier.embedding).
+Runs `model.onnx` from this version folder (scripts/export_embedder.py; on a GPU its FP16 variant
+`model.fp16.onnx`, with batch buckets 1,8,32,64) on the best runtime installed, like the classifier
+(tritonprep.classifier.runtimes), and returns the unit vectors in the dtype its config's `embedding`
+output declares (tritonprep.classifier.embedding).
 """
 
 import logging
@@ -14,7 +15,7 @@ from tritonprep.classifier.embedding import OUTPUT, as_embeddings, embedding_dty
 from tritonprep.classifier.runtimes import RuntimeOptions, load_runtime
 from tritonprep.errors import PreprocessError
 from tritonprep.triton.isolation import RequestIsolation, row_batched
-from tritonprep.triton.pb import model_config, parameters
+from tritonprep.triton.pb import model_config, parameters, teardown_logging
 from tritonprep.triton.tensors import input_array, output_tensor
 
 log = logging.getLogger("tritonprep.embedder")
@@ -50,3 +51,10 @@ class TritonPythonModel:
 
     def respond(self, outputs):
         return [output_tensor(OUTPUT, outputs[0])]
+
+    def finalize(self):
+        # the sessions, their CUDA graphs and buffers go now, in order, not at interpreter exit
+        try:
+            self.runtime.close()
+        finally:
+            teardown_logging()

@@ -7,6 +7,7 @@ rules live in the `tritonprep` library (tritonprep.triton.preprocess.PreprocessM
 import triton_python_backend_utils as pb_utils
 
 from tritonprep.errors import PreprocessError
+from tritonprep.triton.pb import teardown_logging
 from tritonprep.triton.preprocess import PreprocessModel
 
 
@@ -21,4 +22,7 @@ class TritonPythonModel:
         return self.model.execute(requests)
 
     def finalize(self):
-        self.model.close()
+        try:
+            self.model.close()
+        finally:
+            teardown_logging()

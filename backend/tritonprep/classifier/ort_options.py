@@ -1,0 +1,204 @@
+"""How ONNX Runtime's CUDA EP sessions are made: the options behind memory and start time, the way
+ONNX Runtime 1.26+ expects the CUDA EP to be found, and the optimized models kept between starts.
+
+**Options** (:class:`CudaEpOptions`; the classifier config's parameters, :mod:`.runtimes`):
+
+* ``cudnn_conv_algo_search``: ``EXHAUSTIVE`` benchmarks every convolution's algorithms for each bucket
+  while the model loads (most of a bucket session's start), ``HEURISTIC`` asks cuDNN's heuristics
+  (no benchmark), ``DEFAULT`` takes cuDNN's default algorithm;
+* ``cudnn_conv_use_max_workspace``: lets cuDNN pick algorithms that need a large workspace (ONNX
+  Runtime's default is on; each bucket's arena then keeps that workspace);
+* ``arena_extend_strategy``: how a bucket's arena grows: by what is asked (``kSameAsRequested``) or by
+  powers of two (``kNextPowerOfTwo``, ONNX Runtime's default: up to twice what it needs);
+* ``gpu_mem_limit``: the most one bucket session's arena may hold (:func:`session_caps_mb` spreads an
+  instance's ``gpu_memory_mb`` over its buckets).
+
+**The CUDA EP as ONNX Runtime 1.26+ finds it.** Creating a session with ``("CUDAExecutionProvider",
+{"device_id": ...})`` first looks for a registered *plugin EP device* of that name and device, and
+without one logs ``No registered plugin EP device found for 'CUDAExecutionProvider' with device_id=N``
+before it falls back to the built-in provider: once per session. Only the CPU EP is registered by
+default, and the 1.31 wheel's auto-registration is for builds of the CUDA EP as a plugin (its build
+info says ``cuda-plugin-ep=1``), which the released wheel is not. :func:`register_cuda_ep` registers
+the wheel's own CUDA provider library (``libonnxruntime_providers_cuda.so``, which exports the EP
+factory) once per process, so the lookup finds the device and the session is made through it, with
+the same options; ``TRITONPREP_ORT_REGISTER_CUDA_EP=0`` keeps the old way.
+
+**Optimized models** (:class:`OptimizedModels`): the first start saves each bucket session's optimized
+graph (``SessionOptions.optimized_model_filepath``) in the start-up cache (:mod:`tritonprep.cache`);
+later starts load it with graph optimizations off. An entry that ONNX Runtime cannot load is deleted
+and none is kept for that key again (a ``.refused`` marker): that bucket is optimized at every start.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .. import cache
+from ..errors import ConfigError
+from ..memory import CUDA_CONTEXT_MB, working_mb
+from .engines import file_sha256
+
+log = logging.getLogger(__name__)
+
+CONV_ALGO_SEARCH = ("heuristic", "exhaustive", "default")
+ARENA_EXTEND = ("same_as_requested", "next_power_of_two")
+_ARENA_NAMES = {"same_as_requested": "kSameAsRequested", "next_power_of_two": "kNextPowerOfTwo"}
+#: what each bucket session holds besides its arena (its cuDNN and cuBLAS handles and workspaces), MiB
+SESSION_OVERHEAD_MB = 48
+#: the least arena a bucket session gets, MiB (the FP16 weights and a batch of one)
+MIN_SESSION_MB = 64
+REGISTER_ENV = "TRITONPREP_ORT_REGISTER_CUDA_EP"
+CUDA_EP = "CUDAExecutionProvider"
+
+
+@dataclass(frozen=True)
+class CudaEpOptions:
+    """The CUDA EP options that decide a bucket session's memory and start time (see the module's description)."""
+
+    conv_algo_search: str = "heuristic"
+    conv_max_workspace: bool = False
+    arena_extend_strategy: str = "same_as_requested"
+
+    def __post_init__(self) -> None:
+        if self.conv_algo_search not in CONV_ALGO_SEARCH:
+            raise ConfigError(
+                f"cudnn_conv_algo_search must be one of {', '.join(CONV_ALGO_SEARCH)}; got {self.conv_algo_search!r}"
+            )
+        if self.arena_extend_strategy not in ARENA_EXTEND:
+            raise ConfigError(
+                f"arena_extend_strategy must be one of {', '.join(ARENA_EXTEND)}; got {self.arena_extend_strategy!r}"
+            )
+
+    def provider(self) -> dict[str, str]:
+        """These options as CUDA EP provider options."""
+        return {
+            "cudnn_conv_algo_search": self.conv_algo_search.upper(),
+            "cudnn_conv_use_max_workspace": "1" if self.conv_max_workspace else "0",
+            "arena_extend_strategy": _ARENA_NAMES[self.arena_extend_strategy],
+        }
+
+    def describe(self) -> str:
+        """For the log and the benchmarks' rows: ``heuristic/ws0/same_as_requested``."""
+        return f"{self.conv_algo_search}/ws{int(self.conv_max_workspace)}/{self.arena_extend_strategy}"
+
+
+def session_caps_mb(
+    buckets: Sequence[int], *, budget_mb: int | None, explicit_mb: int = 0, io_mb: float = 0.0, shared_mb: int = 0
+) -> list[int]:
+    """The arena cap (MiB, 0: none) of each bucket session.
+
+    ``explicit_mb`` (the ``gpu_mem_limit_mb`` parameter) caps every session alike. Otherwise an instance
+    budget (``gpu_memory_mb``) less the CUDA context, ``shared_mb`` (what else the instance holds: the
+    preprocessing of ``classify_fused``), the bound input/output buffers (``io_mb``) and each session's
+    handles is spread over the sessions in proportion to ``bucket + 8`` (the activations grow with the
+    batch; every session holds the weights), each getting at least :data:`MIN_SESSION_MB`.
+    """
+    if explicit_mb:
+        return [explicit_mb] * len(buckets)
+    if budget_mb is None:
+        return [0] * len(buckets)
+    reserved = CUDA_CONTEXT_MB + shared_mb + int(io_mb + 0.5) + SESSION_OVERHEAD_MB * len(buckets)
+    left = working_mb(budget_mb, reserved, f"the network's {len(buckets)} bucket sessions")
+    weights = [b + 8 for b in buckets]
+    caps = [max(MIN_SESSION_MB, left * w // sum(weights)) for w in weights]
+    if sum(caps) > left:
+        raise ConfigError(
+            f"gpu_memory_mb={budget_mb} leaves {left} MiB for {len(buckets)} bucket sessions, less than the "
+            f"{MIN_SESSION_MB} MiB each needs; raise it or use fewer batch buckets"
+        )
+    return caps
+
+
+# ------------------------------------------------------------------ the CUDA EP as a registered EP library
+_registration: dict[str, bool] = {}
+
+
+def register_cuda_ep(ort: Any) -> bool:
+    """Register the wheel's CUDA provider library as the EP library ``CUDAExecutionProvider`` (once per
+    process); True when sessions will find a registered CUDA EP device (no lookup warning)."""
+    if "done" in _registration:
+        return _registration["done"]
+    _registration["done"] = False
+    if os.environ.get(REGISTER_ENV, "1").strip() == "0":
+        return False
+    register = getattr(ort, "register_execution_provider_library", None)
+    devices = getattr(ort, "get_ep_devices", None)
+    if register is None or devices is None:  # ONNX Runtime < 1.23: no EP libraries, and no warning either
+        return False
+    if not any(d.ep_name == CUDA_EP for d in devices()):
+        library = Path(ort.__file__).parent / "capi" / "libonnxruntime_providers_cuda.so"
+        if not library.is_file():
+            return False
+        try:
+            register(CUDA_EP, str(library))
+        except Exception as e:  # noqa: BLE001 - ORT raises its own types; registering is only an improvement
+            if "already registered" not in str(e).lower():
+                log.info("ONNX Runtime's CUDA EP library not registered (%s); sessions log a lookup warning", e)
+                return False
+    _registration["done"] = any(d.ep_name == CUDA_EP for d in devices())
+    return _registration["done"]
+
+
+def unregister_cuda_ep(ort: Any) -> None:
+    """Undo :func:`register_cuda_ep` (after its sessions are released): the built-in lookup from then on."""
+    if _registration.get("done"):
+        try:
+            ort.unregister_execution_provider_library(CUDA_EP)
+        except Exception as e:  # noqa: BLE001 - ORT raises its own types
+            log.info("could not unregister ONNX Runtime's CUDA EP library: %s", e)
+    _registration["done"] = False
+
+
+# ------------------------------------------------------------------ optimized models between starts
+class OptimizedModels:
+    """Each bucket session's optimized model in the start-up cache, keyed by what shaped it."""
+
+    def __init__(self, folder: Path, onnx_path: Path, *key: object) -> None:
+        self.folder = folder
+        self._key = (file_sha256(onnx_path), *key)
+
+    @classmethod
+    def open(cls, onnx_path: Path, *key: object) -> OptimizedModels | None:
+        """The cache for ``onnx_path`` (None where caching is off)."""
+        folder = cache.subfolder("onnxruntime")
+        return None if folder is None else cls(folder, onnx_path, *key)
+
+    def path(self, bucket: int) -> Path:
+        """Where bucket ``bucket``'s optimized model is kept."""
+        return self.folder / f"{cache.key_of(*self._key, bucket)}.b{bucket}.onnx"
+
+    def saving(self, bucket: int) -> Path:
+        """A temporary path for ONNX Runtime to save the optimized model to; :meth:`keep` moves it in place."""
+        return cache.temporary_beside(self.path(bucket))
+
+    def keep(self, saved: Path, bucket: int) -> None:
+        """Move a saved model in place (an empty or missing one is dropped)."""
+        try:
+            if saved.is_file() and saved.stat().st_size > 0:
+                os.replace(saved, self.path(bucket))
+        except OSError as e:
+            log.info("cannot keep the optimized model of bucket %d: %s", bucket, e)
+        finally:
+            saved.unlink(missing_ok=True)
+
+    def drop(self, bucket: int) -> None:
+        """Delete bucket ``bucket``'s entry."""
+        self.path(bucket).unlink(missing_ok=True)
+
+    def refuse(self, bucket: int) -> None:
+        """ONNX Runtime could not load bucket ``bucket``'s entry: delete it, and keep none for this key again
+        (a marker beside it), so that no later start pays a failed load and a save."""
+        self.drop(bucket)
+        try:
+            self.path(bucket).with_suffix(".refused").touch()
+        except OSError as e:
+            log.info("cannot mark bucket %d's optimized model as refused: %s", bucket, e)
+
+    def refused(self, bucket: int) -> bool:
+        """Whether an earlier start could not load bucket ``bucket``'s optimized model (see :meth:`refuse`)."""
+        return self.path(bucket).with_suffix(".refused").is_file()
