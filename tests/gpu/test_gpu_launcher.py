@@ -1,5 +1,5 @@
 """The launcher on a GPU: the real private CUDA MPS daemon of each start, the GPU memory budget on the shipped
-GPU configs, the start-up summary, and a clean stop (exit code 0 within STOP_S, nothing left for the watchdog
+GPU configs, the start-up summary, and a clean stop (exit code 0 within stop_bound(), nothing left for the watchdog
 to kill, the MPS daemon quit when asked).
 
 Prints what it measured (``pytest -rP``): the stop's duration, GPU memory in use against the budget, the lines
@@ -28,8 +28,17 @@ from tritonprep.launcher.supervise import stub_processes
 from tritonprep_testkit.leftovers import mps_of_host
 from tritonprep_testkit.servers import MODEL_REPOSITORY, local_options, running_server, serve_command
 
-#: a stop with nothing in flight takes at most this long
-STOP_S = 5.0
+#: a stop with nothing in flight takes at most this long, plus UNLOAD_S per instance beyond the first of the
+#: model with the most instances (Triton 2.51's Python backend finalizes a model's instances one after
+#: another, sleeping 1 s in each: python_backend src/python_be.cc, ~ModelInstanceState)
+STOP_S, UNLOAD_S = 5.0, 1.1
+
+
+def stop_bound(config_name: str | None = "gpu") -> float:
+    counts = [sum(g.count for g in m.config.instance_group) for m in read_models(MODEL_REPOSITORY, config_name)]
+    return STOP_S + UNLOAD_S * (max(counts, default=1) - 1)
+
+
 PROBLEM = re.compile(r"^[EW]\d{4} |\b(?:WARNING|ERROR)\b[:]")
 
 
@@ -75,15 +84,16 @@ def test_mps_on_serves_every_gpu_instance_through_a_private_daemon_and_stops_cle
         start = time.monotonic()
         code = server.stop()
         stop_s = time.monotonic() - start
-    print(f"stop under MPS with nothing in flight: {stop_s:.2f} s; clean-up {server.cleanup}")  # noqa: T201
-    assert code == 0 and stop_s <= STOP_S, (code, stop_s)
+    bound = stop_bound()
+    print(f"stop under MPS with nothing in flight: {stop_s:.2f} s (bound {bound:.1f} s); {server.cleanup}")  # noqa: T201
+    assert code == 0 and stop_s <= bound, (code, stop_s)
     assert server.cleanup is not None and server.cleanup.nothing_killed and server.cleanup.mps == "quit"
     assert mps.mps_processes(work) == [] and not work.exists()
 
 
 def test_serve_on_the_gpu_logs_its_summary_and_stops_cleanly(gpu_server_kit, tmp_path):
     """`tritonprep serve` with its defaults (MPS auto, budget auto, the GPU configs): the summary names the
-    GPU, MPS and the budget; SIGTERM with nothing in flight stops it within STOP_S with exit code 0 and
+    GPU, MPS and the budget; SIGTERM with nothing in flight stops it within stop_bound() with exit code 0 and
     nothing left to kill; the log has no warning or error line."""
     log_file = tmp_path / "serve.log"
     proc = subprocess.Popen(serve_command(log_file).argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
@@ -104,11 +114,13 @@ def test_serve_on_the_gpu_logs_its_summary_and_stops_cleanly(gpu_server_kit, tmp
             proc.kill()
     text = "".join(lines) + proc.stderr.read()  # type: ignore[union-attr]
     found = [line for line in (log_file.read_text() + text).splitlines() if PROBLEM.search(line)]
-    sys.stdout.write(f"{text}\nstop with nothing in flight: {stop_s:.2f} s\nproblem lines: {found}\n")
+    bound = stop_bound()
+    sys.stdout.write(f"{text}\nstop with nothing in flight: {stop_s:.2f} s (bound {bound:.1f} s)\n")
+    sys.stdout.write(f"problem lines: {found}\n")
     assert re.search(r"GPU 0: .+, \d+ MiB \(\d+ MiB in use\)", text), text
     assert "CUDA MPS: on (" in text and re.search(r"GPU memory budget \d+ MiB per GPU: \d+ MiB planned", text)
     assert re.search(r"^\s+preprocess\s+GPU\s+4\s", text, re.M), text
-    assert code == 0 and stop_s <= STOP_S, (code, stop_s)
+    assert code == 0 and stop_s <= bound, (code, stop_s)
     assert re.search(r"tritonserver stopped \(exit code 0\) after [\d.]+ s; nothing left to kill", text), text
     assert found == []
 
