@@ -4,7 +4,8 @@
     python -m scripts.leftovers check --baseline /tmp/leftovers-baseline.json # after it: exit 0 clean, 1 not
 
 ``check`` waits up to ``--wait`` seconds for things to go, then lists tritonprep server processes
-(tritonserver or a stub with a tritonprep region prefix, watchdogs) and regions of this pid namespace,
+(tritonserver or a stub with a tritonprep region prefix, watchdogs, and the CUDA MPS daemons and servers
+whose pipe folder lies in a tritonprep work folder) and regions of this pid namespace,
 and, with ``nvidia-smi``, the processes holding a CUDA context that the baseline did not have and GPU
 memory above the baseline by more than ``--tolerance-mb`` (without a baseline, any CUDA process counts).
 Without ``nvidia-smi`` the GPU part is skipped and says so. Regions with Triton's default names belong to
@@ -20,7 +21,14 @@ import sys
 import time
 from pathlib import Path
 
-from tritonprep_testkit.leftovers import GpuSnapshot, foreign_regions, gpu_leftovers, gpu_snapshot, of_host
+from tritonprep_testkit.leftovers import (
+    GpuSnapshot,
+    foreign_regions,
+    gpu_leftovers,
+    gpu_snapshot,
+    mps_of_host,
+    of_host,
+)
 
 
 def check_gpu(baseline_path: Path | None, tolerance_mb: int) -> tuple[list[str], str]:
@@ -66,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
             break
         time.sleep(0.5)
     sys.stdout.write(f"tritonprep processes: {left.processes or 'none'}\n")
+    daemons = [f"{p.pid} {p.name}" for p in mps_of_host()]
+    sys.stdout.write(f"tritonprep MPS daemons and servers: {daemons or 'none'}\n")
     sys.stdout.write(f"tritonprep regions in /dev/shm: {left.regions or 'none'}\n")
     sys.stdout.write(f"regions with Triton's default names (not tritonprep's): {foreign_regions() or 'none'}\n")
     sys.stdout.write(gpu_line + "\n")

@@ -52,7 +52,10 @@ def break_and_recover(scenario: str, args: argparse.Namespace, workdir: Path) ->
     # every model's config.pbtxt, also on a GPU: one preprocess instance, so breaking it is an outage
     # (the GPU configuration runs four; killing one of them would leave the other three serving)
     log_path = workdir / "tritonserver.log"
-    with running_server(log_path, supervise=True, env=env, grace_s=args.grace, model_config_name="") as (server, sup):
+    with running_server(log_path, supervise=True, env=env, grace_s=args.grace, model_config_name="", mps=args.mps) as (
+        server,
+        sup,
+    ):
         assert sup is not None
 
         def client(i: int) -> None:
@@ -103,6 +106,7 @@ def break_and_recover(scenario: str, args: argparse.Namespace, workdir: Path) ->
         events = [(e.kind, round(e.time - t_break, 2), e.detail) for e in sup.events if e.time >= t_break]
         restarts = sup.restarts
         ready_after = server.is_ready()
+        mps_state = server.mps
     failure_t = next((t for k, t, _ in events if k == "failure"), None)
     ready_t = next((t for k, t, _ in events if k == "ready"), None)
     in_flight = [o for o in outcomes if o.start <= t_break < o.end]
@@ -131,6 +135,7 @@ def break_and_recover(scenario: str, args: argparse.Namespace, workdir: Path) ->
         "restarts": restarts,
         "ready_at_end": ready_after,
         "supervisor_events": events,
+        "mps": None if mps_state is None else mps_state.enabled,
     }
 
 
@@ -138,7 +143,7 @@ def drain(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     """SIGTERM to `tritonprep serve` while slow requests are in flight."""
     photo = images()["good"][0]
     log_file = workdir / "serve.log"
-    serve = serve_command(log_file, "--exit-timeout", str(args.exit_timeout))
+    serve = serve_command(log_file, "--exit-timeout", str(args.exit_timeout), "--mps", args.mps)
     grpc, metrics = serve.grpc, serve.metrics
     proc = subprocess.Popen(
         serve.argv,
@@ -182,6 +187,7 @@ def drain(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             t.join(args.timeout + 5)
         code = proc.wait(timeout=args.exit_timeout + 30)
         exited_after = time.monotonic() - t_term
+        output = proc.stderr.read() if proc.stderr else ""
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -194,6 +200,7 @@ def drain(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         "request_after_sigterm": late.category,
         "request_after_sigterm_message": late.message,
         "launcher_exit_code": code,
+        "clean_stop": "nothing left to kill" in output and "tritonserver stopped (exit code 0)" in output,
         "launcher_exited_after_s": round(exited_after, 2),
         "exit_timeout_s": args.exit_timeout,
     }
@@ -236,6 +243,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "--sleep", type=float, default=1.5, help="drain: seconds the first in-flight request holds preprocess"
     )
     parser.add_argument("--exit-timeout", type=int, default=30, help="drain: Triton's exit timeout (s)")
+    parser.add_argument("--mps", choices=["auto", "on", "off"], default="auto", help="CUDA MPS of the server")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     return parser
 

@@ -1,14 +1,16 @@
-"""What outlives a server or a test run: processes, /dev/shm regions, work folders and GPU memory.
+"""What outlives a server or a test run: processes, /dev/shm regions, work folders, MPS daemons and GPU memory.
 
 * :func:`of_server` - what is left of one server (given its region prefix): live processes that carry
-  the prefix (tritonserver, its stubs, anything a model started with it), its watchdog, its regions;
+  the prefix (tritonserver, its stubs, anything a model started with it), its watchdog, its regions,
+  and given its work folder, the folder and the MPS daemon and servers whose pipe folder lies in it;
   :func:`wait_clean` waits until nothing is, within a bound
-* :func:`of_session` - tritonserver, stub and watchdog processes whose environment carries a test
+* :func:`of_session` - tritonserver, stub, watchdog and MPS processes whose environment carries a test
   session's marker (:data:`SESSION_ENV`, inherited by every server a session starts), tritonprep
   regions created since the session began whose watchdog is dead or carries the marker, and work
   folders created since then whose launcher is dead, is the session's process or carries the marker
-* :func:`of_host` - every tritonprep server process, region and work folder of this pid namespace (after
-  a suite on a machine of its own, such as the GPU machine)
+* :func:`of_host` - every tritonprep server process (MPS daemons and servers of tritonprep work folders
+  included), region and work folder of this pid namespace (after a suite on a machine of its own, such as
+  the GPU machine)
 * :func:`gpu_snapshot` / :func:`gpu_leftovers` - GPU memory in use and the processes holding a CUDA
   context (``nvidia-smi``), against a baseline; None without ``nvidia-smi``
 
@@ -25,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tritonprep.launcher import reaper
+from tritonprep.launcher import mps, proctable, reaper
 
 #: set by the test session; every process it starts inherits it
 SESSION_ENV = "TRITONPREP_TEST_SESSION"
@@ -61,20 +63,26 @@ class Leftovers:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def _live(p: reaper.Proc) -> bool:
-    return p.state not in ("Z", "X")
+def label(p: proctable.Proc) -> str:
+    """A process's name: its module for ``python -m <module>`` (the watchdog, the log filter), else its program."""
+    if len(p.argv) > 2 and p.argv[1] == "-m":
+        return p.argv[2]
+    return p.name
 
 
-def _describe(procs: list[reaper.Proc]) -> tuple[list[str], list[int]]:
-    return [f"{p.pid} {p.name}" for p in procs], [p.pid for p in procs]
+def _describe(procs: list[proctable.Proc]) -> tuple[list[str], list[int]]:
+    return [f"{p.pid} {label(p)}" for p in procs], [p.pid for p in procs]
 
 
 def of_server(prefix: str, work_dir: Path | None = None) -> Leftovers:
-    """What is left of the server whose regions are ``/dev/shm/<prefix>*`` (and its work folder, if given)."""
-    procs = [p for p in reaper.processes() if _live(p) and p.carries(prefix)]
+    """What is left of the server whose regions are ``/dev/shm/<prefix>*`` (and its work folder with the
+    MPS daemon of that folder, if given)."""
+    procs = [p for p in proctable.processes() if p.alive and p.carries(prefix)]
     owner = reaper.owner_of(prefix)
     if owner is not None and owner.alive():
-        procs += [p for p in reaper.processes() if p.pid == owner.pid]
+        procs += [p for p in proctable.processes() if p.pid == owner.pid]
+    if work_dir is not None:
+        procs += mps.mps_processes(work_dir)
     names, pids = _describe(procs)
     folders = [str(work_dir)] if work_dir is not None and work_dir.exists() else []
     return Leftovers(names, [r.name for r in reaper.regions(prefix)], pids, folders)
@@ -83,7 +91,7 @@ def of_server(prefix: str, work_dir: Path | None = None) -> Leftovers:
 def work_dir_of(prefix: str) -> Path:
     """The work folder of the running server with ``prefix`` (from its tritonserver's ``--backend-directory``)."""
     for p in reaper.server_processes(prefix):
-        if p.name == reaper.SERVER_BINARY and "--backend-directory" in p.argv:
+        if p.name == proctable.SERVER_BINARY and "--backend-directory" in p.argv:
             return Path(p.argv[p.argv.index("--backend-directory") + 1]).parent
     raise LookupError(f"no running tritonserver with the prefix {prefix}")
 
@@ -108,8 +116,13 @@ def _environ(pid: int) -> bytes:
         return b""
 
 
-def _is_server_process(p: reaper.Proc) -> bool:
-    return p.name in (reaper.SERVER_BINARY, reaper.STUB_BINARY) or WATCHDOG_MODULE in p.argv
+def _is_mps(p: proctable.Proc) -> bool:
+    """An MPS daemon or server (not a control command in flight)."""
+    return p.name == mps.SERVER or (p.name == mps.CONTROL and bool({"-f", "-d"} & set(p.argv)))
+
+
+def _is_server_process(p: proctable.Proc) -> bool:
+    return p.name in (proctable.SERVER_BINARY, proctable.STUB_BINARY) or WATCHDOG_MODULE in p.argv or _is_mps(p)
 
 
 def region_names() -> set[str]:
@@ -125,7 +138,8 @@ def work_dir_paths() -> set[str]:
 def of_session(marker: str, regions_before: set[str], folders_before: set[str] | None = None) -> Leftovers:
     """What the test session with ``marker`` left (see the module's description)."""
     needle = f"{SESSION_ENV}={marker}".encode()
-    procs = [p for p in reaper.processes() if _live(p) and _is_server_process(p) and needle in _environ(p.pid)]
+    candidates = [p for p in proctable.processes() if p.alive and _is_server_process(p)]
+    procs = _with_servers([p for p in candidates if needle in _environ(p.pid)], candidates)
     names, pids = _describe(procs)
     namespace = reaper.pid_namespace()
     regions = []
@@ -147,18 +161,33 @@ def of_session(marker: str, regions_before: set[str], folders_before: set[str] |
 
 
 def of_host() -> Leftovers:
-    """Every tritonprep server process (tritonserver or stub with a tritonprep prefix, or a watchdog)
-    and region of this pid namespace."""
+    """Every tritonprep server process (tritonserver or stub with a tritonprep prefix, a watchdog, an MPS
+    daemon or server whose pipe folder is in a tritonprep work folder) and region of this pid namespace."""
     head = f"tritonprep_{reaper.pid_namespace()}_"
     procs = [
         p
-        for p in reaper.processes()
-        if _live(p) and (WATCHDOG_MODULE in p.argv or (_is_server_process(p) and p.carries(head)))
+        for p in proctable.processes()
+        if p.alive and (WATCHDOG_MODULE in p.argv or (_is_server_process(p) and p.carries(head)))
     ]
+    procs += mps_of_host()
     names, pids = _describe(procs)
     regions = sorted(n for n in region_names() if n.startswith(head))
     folders = sorted(p for p in work_dir_paths() if f"{reaper.WORK_DIR_PREFIX}{reaper.pid_namespace()}-" in p)
     return Leftovers(names, regions, pids, folders)
+
+
+def mps_of_host() -> list[proctable.Proc]:
+    """MPS daemons and servers of tritonprep servers of this pid namespace (their pipe folder is in a work folder)."""
+    head = f"{reaper.WORK_DIR_PREFIX}{reaper.pid_namespace()}-"
+    candidates = [p for p in proctable.processes() if p.alive and _is_mps(p)]
+    found = [p for p in candidates if head in (proctable.environ(p.pid) or {}).get(mps.PIPE_ENV, "")]
+    return _with_servers(found, candidates)
+
+
+def _with_servers(found: list[proctable.Proc], candidates: list[proctable.Proc]) -> list[proctable.Proc]:
+    """``found`` and the MPS servers its daemons started (whatever their environment says)."""
+    daemons = {p.pid for p in found if p.name == mps.CONTROL}
+    return found + [p for p in candidates if p.name == mps.SERVER and p.ppid in daemons and p not in found]
 
 
 def foreign_regions() -> list[str]:

@@ -22,8 +22,10 @@ from typing import Any
 import numpy as np
 
 from tritonprep.launcher.process import EmbeddedServer
-from tritonprep.launcher.supervise import rss_bytes, stub_processes
+from tritonprep.launcher.supervise import stub_processes
 from tritonprep_client import image_input
+
+from .servers import rss_bytes
 
 log = logging.getLogger("loadgen")
 

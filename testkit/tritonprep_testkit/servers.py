@@ -1,7 +1,9 @@
-"""Real tritonserver processes for tests and scripts: paths of the checkout and a scoped server."""
+"""Real tritonserver processes for tests and scripts: paths of the checkout, free ports, a scoped server,
+and the resident memory of a process."""
 
 from __future__ import annotations
 
+import socket
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -9,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tritonprep.launcher.options import ServerOptions
-from tritonprep.launcher.probes import free_ports
 from tritonprep.launcher.process import EmbeddedServer
 from tritonprep.launcher.supervise import Supervisor
 
@@ -19,6 +20,29 @@ ONNX = MODEL_REPOSITORY / "classifier" / "1" / "model.onnx"
 EMBEDDER_ONNX = MODEL_REPOSITORY / "embedder" / "1" / "model.onnx"
 #: the `tritonprep` command of this environment
 CLI = Path(sys.executable).with_name("tritonprep")
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """``n`` distinct free TCP ports on ``host`` (for servers started by tests and benchmarks)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind((host, 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def rss_bytes(pid: int) -> int | None:
+    """Resident set size of a process (VmRSS), or None if it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
 
 
 @dataclass(frozen=True)
@@ -54,11 +78,18 @@ def running_server(
     repository: Path = MODEL_REPOSITORY,
     exit_timeout_s: int = 30,
     model_config_name: str | None = None,
+    mps: str = "auto",
+    gpu_memory_budget: str = "auto",
     **supervisor_kw: object,
 ) -> Iterator[tuple[EmbeddedServer, Supervisor | None]]:
     """A ready embedded server on free ports (and its supervisor), stopped on exit, whatever happens."""
     options = local_options(
-        repository, env=tuple((env or {}).items()), exit_timeout_s=exit_timeout_s, model_config_name=model_config_name
+        repository,
+        env=tuple((env or {}).items()),
+        exit_timeout_s=exit_timeout_s,
+        model_config_name=model_config_name,
+        mps=mps,
+        gpu_memory_budget=gpu_memory_budget,
     )
     server = EmbeddedServer(options, log_path)
     supervisor = None

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tritonprep.launcher.probes import free_ports
+from tritonprep_testkit.servers import free_ports
 
 pytestmark = pytest.mark.e2e
 

@@ -99,6 +99,8 @@ def test_a_fault_in_each_branch_fails_only_its_own_request(faulty, jpegs):
 def test_fail_instance_answers_its_batch_then_the_server_restarts(tmp_path):
     figures = break_and_recover("fail-instance", quick_settings("fail-instance"), tmp_path)
     assert figures["trigger_request"] == "instance-failed"
+    failure = next(detail for kind, _, detail in figures["supervisor_events"] if kind == "failure")
+    assert failure.startswith("an unrecoverable error took instance preprocess"), failure  # its fault report
     assert figures["restarts"] == 1 and figures["ready_at_end"]
     assert figures["client_threads_hung"] == 0
     assert figures["requests_succeed_again_after_s"] is not None and figures["requests_succeed_again_after_s"] < 60
@@ -131,7 +133,7 @@ def test_sigterm_lets_in_flight_requests_finish(tmp_path):
     figures = drain(quick_settings("drain", clients=4, sleep=1.5, exit_timeout=30), tmp_path)
     assert figures["in_preprocess_at_sigterm"] == 4, figures
     assert figures["in_flight_outcomes"] == {"ok": 4}, figures
-    assert figures["launcher_exit_code"] == 0
+    assert figures["launcher_exit_code"] == 0 and figures["clean_stop"], figures  # nothing for the watchdog to kill
     assert figures["launcher_exited_after_s"] < figures["exit_timeout_s"]
 
 

@@ -5,8 +5,9 @@ which with ``TRITONPREP_TEST_HELPER=1`` starts a process of its own and with
 ``TRITONPREP_TEST_FINALIZE_S`` hangs in ``finalize()``, and ``chatty``, whose stub logs every
 millisecond and therefore deadlocks when tritonserver dies under it, ignoring SIGTERM), ends it one
 way, and checks that within ``BOUND_S`` nothing is left: no process carrying the server's region
-prefix (tritonserver, stubs, the model's helper), no watchdog, no ``/dev/shm/<prefix>*``, and where
-the launcher dies, no work folder (the copy of the Python backend).
+prefix (tritonserver, stubs, the model's helper, the log filter), no watchdog, no ``/dev/shm/<prefix>*``,
+and where the launcher dies, no work folder (the copy of the Python backend) and no MPS daemon or server
+of that folder (on a GPU machine, where ``--mps auto`` starts one per server).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from tritonprep.launcher.install import gpu_count
 from tritonprep.launcher.process import EmbeddedServer
 from tritonprep.launcher.supervise import stub_processes
 from tritonprep_testkit.leftovers import of_server, wait_clean, work_dir_of
@@ -40,10 +42,13 @@ def figure(what: str, seconds: float) -> None:
 
 
 def assert_running(prefix: str, helper: bool = True) -> None:
-    """The server with ``prefix`` has tritonserver, two stubs (and the model's helper) and two regions."""
+    """The server with ``prefix`` has tritonserver, two stubs (and the model's helper), its watchdog, the log
+    filter of a machine without a GPU, and two regions."""
     left = of_server(prefix)
-    names = sorted("watchdog" if n.startswith("python") else n for n in (p.split()[1] for p in left.processes))
+    names = sorted(n.rpartition(".")[2] for n in (p.split()[1] for p in left.processes))
     expected = ["triton_python_backend_stub", "triton_python_backend_stub", "tritonserver", "watchdog"]
+    if gpu_count() == 0:
+        expected = sorted([*expected, "logfilter"])
     assert [n for n in names if n != "sh"] == expected, left
     assert ("sh" in names) == helper, left
     assert len(left.regions) == 2, left
@@ -207,9 +212,11 @@ def test_killed_watchdog_leaves_nothing(tmp_path):
     with running_server(tmp_path / "tritonserver.log", repository=MODELS) as (server, _):
         prefix = server.prefix
         assert_running(prefix, helper=False)  # type: ignore[arg-type]
+        work_dir = work_dir_of(prefix)  # type: ignore[arg-type]
         server.watchdog.kill()  # type: ignore[union-attr]
         figure("watchdog SIGKILLed, until nothing is left", wait_clean(prefix, BOUND_S))  # type: ignore[arg-type]
-        server.stop()
+        server.stop()  # ends the MPS daemon that the watchdog could not quit (on a GPU machine)
+    assert not of_server(prefix, work_dir), of_server(prefix, work_dir)  # type: ignore[arg-type]
     assert "Signal (15) received." in (tmp_path / "tritonserver.log").read_text()
 
 

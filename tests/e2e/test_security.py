@@ -13,9 +13,8 @@ import pytest
 
 from tritonprep.errors import ServerError
 from tritonprep.launcher.options import ADMIN_HEADER, GRPC_HEADER_PREFIX, RESTRICTED_APIS, ServerOptions
-from tritonprep.launcher.probes import free_ports
 from tritonprep.launcher.process import EmbeddedServer
-from tritonprep_testkit.servers import MODEL_REPOSITORY
+from tritonprep_testkit.servers import MODEL_REPOSITORY, free_ports
 
 pytestmark = pytest.mark.e2e
 

@@ -1,17 +1,37 @@
-"""The embedded-server launcher (`tritonprep serve`) as a user runs it."""
+"""The embedded-server launcher (`tritonprep serve`) as a user runs it: endpoints, a quiet log, the start-up
+summary, a stop that is quick, clean and exits 0 whenever it comes, and its command line."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tritonprep_testkit.servers import MODEL_REPOSITORY, serve_command
+from tritonprep_testkit.servers import CLI, MODEL_REPOSITORY, serve_command
+
+#: a line that reports a problem: tritonserver's W/E lines, and the launcher's and Python's WARNING/ERROR
+PROBLEM = re.compile(r"^[EW]\d{4} |\b(?:WARNING|ERROR)\b[:]")
+#: a stop with nothing in flight takes at most this long (from the signal to the launcher's exit), plus
+#: UNLOAD_S for each instance of the model with the most instances beyond its first: Triton 2.51's Python
+#: backend finalizes a model's instances one after another and sleeps 1 s in each
+#: (python_backend src/python_be.cc, ~ModelInstanceState: Stub()->UpdateHealth())
+STOP_S, UNLOAD_S = 5.0, 1.1
+
+
+def stop_bound(repository: Path = MODEL_REPOSITORY, config_name: str | None = None) -> float:
+    """STOP_S, plus UNLOAD_S per extra instance of the model with the most instances in ``repository``."""
+    from tritonprep.launcher.served import read_models
+
+    counts = [sum(g.count for g in m.config.instance_group) for m in read_models(repository, config_name)]
+    return STOP_S + UNLOAD_S * (max(counts, default=1) - 1)
+
 
 pytestmark = pytest.mark.e2e
 
@@ -95,3 +115,98 @@ def test_broken_model_repository_fails_with_the_cause(tmp_path):
     assert r.returncode == 1
     assert "tritonserver exited with code" in r.stderr
     assert "std values must be non-zero" in r.stderr  # the model's own message, from the log tail
+
+
+def problems(text: str) -> list[str]:
+    """The lines of ``text`` that report a warning or an error."""
+    return [line for line in text.splitlines() if PROBLEM.search(line)]
+
+
+def test_a_healthy_start_and_stop_logs_no_warning_a_summary_and_stops_at_once(tmp_path):
+    """The CPU server: not one warning or error line, of tritonserver's or ours, from start to stop; one
+    summary block at ready; SIGTERM with nothing in flight stops it within :func:`stop_bound` with exit code 0
+    for the launcher and tritonserver, and nothing left for the watchdog to kill: the drain returns at once."""
+    log_file = tmp_path / "serve.log"
+    proc = subprocess.Popen(serve_command(log_file).argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    try:
+        lines = wait_for(proc, "try: ", 180)
+        start = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=60)
+        stop_s = time.monotonic() - start
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    rest = proc.stderr.read()  # type: ignore[union-attr]
+    bound = stop_bound()
+    sys.stdout.write(f"stop with nothing in flight: {stop_s:.2f} s (bound {bound:.1f} s)\n")
+    text = "\n".join(lines)
+    summary = text[text.index("tritonprep: server ready in") :]
+    assert "GPUs: none (every instance runs on the CPU)" in summary and "CUDA MPS: off (no GPU)" in summary
+    assert "GPU memory budget: not applied (no GPU)" in summary
+    assert re.search(r"^\s+model\s+kind\s+instances\s+runtime\s+buckets\s+GPU memory$", summary, re.M), summary
+    assert re.search(r"^\s+classify\s+ensemble\s", summary, re.M), summary
+    assert re.search(r"^\s+classifier\s+CPU\s+1\s+\S+\s+1,8,32,64\s", summary, re.M), summary
+    assert re.search(r"^\s+preprocess\s+CPU\s+1\s", summary, re.M), summary
+    assert code == 0 and stop_s <= bound, (code, stop_s, rest)
+    assert re.search(r"requests in flight finished after 0\.\d s", rest), rest
+    assert re.search(r"tritonserver stopped \(exit code 0\) after [\d.]+ s; nothing left to kill", rest), rest
+    log = log_file.read_text()
+    assert "tritonserver pid" in log and "exited with code 0" in log
+    assert problems(log) == [] and problems(text + rest) == []
+
+
+def watched_log(path: Path, needle: str, proc: subprocess.Popen, timeout: float = 180) -> None:
+    """Until the log file ``path`` shows ``needle``."""
+    deadline = time.monotonic() + timeout
+    while not (path.exists() and needle in path.read_text(errors="replace")):
+        assert proc.poll() is None and time.monotonic() < deadline, f"{needle!r} not seen in {path}"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize(
+    "moment",
+    ["tritonserver started", "tritonserver ready, the launcher still polling", "right after ready"],
+)
+def test_a_stop_at_any_moment_of_the_start_exits_0(tmp_path, moment):
+    """SIGTERM while tritonserver loads, while the launcher still waits for it, or as it reports ready: the
+    launcher exits 0 (a requested stop), and stops what it started."""
+    log_file = tmp_path / "serve.log"
+    proc = subprocess.Popen(serve_command(log_file).argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    try:
+        if moment == "tritonserver started":
+            watched_log(log_file, "started; its shared-memory regions", proc)
+        elif moment == "tritonserver ready, the launcher still polling":
+            watched_log(log_file, "Started GRPCInferenceService", proc)
+        else:
+            wait_for(proc, "tritonserver ready:", 180)
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    rest = proc.stderr.read()  # type: ignore[union-attr]
+    assert code == 0, rest
+    assert "received SIGTERM" in rest and "exited with code" in log_file.read_text()
+
+
+def test_python_m_launcher_serve_runs_the_same_command():
+    serve = serve_command(os.devnull)
+    argv = [sys.executable, "-m", "tritonprep.launcher", *serve.argv[1:]]  # `serve` and its options
+    assert argv[3] == "serve"
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    try:
+        wait_for(proc, "models ready:", 180)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.mark.parametrize("command", [[str(CLI), "serve"], [sys.executable, "-m", "tritonprep.launcher", "serve"]])
+def test_an_unknown_option_is_our_usage_error(command):
+    r = subprocess.run([*command, "--model-repositry", "x"], capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 2, r.stderr
+    assert "usage: tritonprep serve" in r.stderr and "unrecognized arguments: --model-repositry" in r.stderr
+    assert "tritonserver" not in r.stderr.replace("[-- tritonserver args]", "")  # nothing was started

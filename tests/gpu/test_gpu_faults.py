@@ -1,10 +1,14 @@
-"""A real CUDA error inside the GPU preprocess instance: it must not keep failing silently.
+"""Faults inside the GPU preprocess instance, with CUDA MPS on and off: it must not keep failing silently,
+and the server must recover within RECOVERY_S.
 
-The fault-injection action ``cuda-illegal-address`` launches a kernel that writes through a
-wild pointer, which poisons the stub's CUDA context (cudaErrorIllegalAddress, sticky). The
-GPU executor must turn the error it then meets into InstanceFailed: the request gets an
-error naming the CUDA error, the stub leaves, the supervisor restarts the server, and
-requests succeed again.
+The fault-injection action ``cuda-illegal-address`` launches a kernel that writes through a wild pointer,
+which poisons the stub's CUDA context (cudaErrorIllegalAddress, sticky); under MPS the fault reaches every
+client of the GPU's MPS server, which then refuses new clients until all of them are gone. The GPU executor
+turns the error into InstanceFailed: the request gets an error naming the CUDA error, the instance's fault
+report tells the supervisor (a sticky CUDA error, on which GPU), the watchdog ends the MPS clients
+(``terminate_client``, then the processes) and quits the daemon, and the restarted server gets a fresh one.
+A killed stub, an instance that fails itself and a drain on SIGTERM run with MPS on and off too. Each test
+prints its recovery figures (``pytest -rP``).
 """
 
 from __future__ import annotations
@@ -13,7 +17,12 @@ import importlib.util
 
 import pytest
 
-from tritonprep_testkit.faults import OUTAGE_ANSWERS, break_and_recover, quick_settings
+from tritonprep_testkit.faults import OUTAGE_ANSWERS, break_and_recover, drain, quick_settings
+from tritonprep_testkit.leftovers import mps_of_host
+
+#: seconds from the fault until requests succeed again
+RECOVERY_S = 15.0
+MPS = pytest.mark.parametrize("mps", ["on", "off"], ids=["mps-on", "mps-off"])
 
 
 @pytest.fixture
@@ -22,13 +31,71 @@ def gpu_faults(cp, nvimgcodec):
         pytest.skip("the embedded server (nvidia-pytriton) is not installed here")
 
 
-def test_illegal_address_takes_the_instance_out_and_the_server_restarts(gpu_faults, tmp_path):
-    figures = break_and_recover("cuda-illegal-address", quick_settings("cuda-illegal-address"), tmp_path)
-    print(figures)  # noqa: T201 - the figures go into the GPU test report
-    assert figures["trigger_request"] == "instance-failed", figures
-    assert "CUDA error" in figures["trigger_message"] and "illegal" in figures["trigger_message"].lower(), figures
+def report(scenario: str, mps: str, figures: dict) -> None:
+    """The recovery figures, in the test output."""
+    print(  # noqa: T201 - the figures go into the GPU test report
+        f"{scenario}, MPS {mps}: detected after {figures['detected_after_s']} s, server ready again after "
+        f"{figures['server_ready_again_after_s']} s, requests succeed again after "
+        f"{figures['requests_succeed_again_after_s']} s; events {figures['supervisor_events']}"
+    )
+
+
+@pytest.fixture
+def own_mps():
+    """After the test: no MPS daemon or server of the test's servers is left (others', such as the session
+    server's, were there before)."""
+    before = {p.pid for p in mps_of_host()}
+    yield
+    left = [f"{p.pid} {p.name}" for p in mps_of_host() if p.pid not in before]
+    assert left == [], f"MPS processes of the test's servers outlived them: {left}"
+
+
+def assert_recovered(figures: dict, mps: str) -> None:
+    assert figures["mps"] is (mps == "on"), figures
     assert figures["restarts"] == 1 and figures["ready_at_end"], figures
-    assert figures["client_threads_hung"] == 0
-    assert figures["requests_succeed_again_after_s"] is not None and figures["requests_succeed_again_after_s"] < 90
+    assert figures["client_threads_hung"] == 0, figures
+    assert figures["requests_succeed_again_after_s"] is not None, figures
+    assert figures["requests_succeed_again_after_s"] <= RECOVERY_S, figures
     assert set(figures["after_recovery"]) == {"ok"}, figures
     assert set(figures["during_outage"]) <= OUTAGE_ANSWERS, figures
+
+
+@MPS
+def test_illegal_address_takes_the_instance_out_and_the_server_restarts(gpu_faults, own_mps, tmp_path, mps):
+    figures = break_and_recover("cuda-illegal-address", quick_settings("cuda-illegal-address", mps=mps), tmp_path)
+    report("cuda-illegal-address", mps, figures)
+    assert figures["trigger_request"] == "instance-failed", figures
+    assert "CUDA error" in figures["trigger_message"] and "illegal" in figures["trigger_message"].lower(), figures
+    failure = next(detail for kind, _, detail in figures["supervisor_events"] if kind == "failure")
+    assert failure.startswith("a sticky CUDA error on GPU 0 took instance"), failure  # from the fault report
+    assert_recovered(figures, mps)
+
+
+@MPS
+def test_killed_stub_is_restarted(gpu_faults, own_mps, tmp_path, mps):
+    figures = break_and_recover("kill-stub", quick_settings("kill-stub", mps=mps), tmp_path)
+    report("kill-stub", mps, figures)
+    assert figures["detected_after_s"] is not None and figures["detected_after_s"] < 2.0, figures
+    assert_recovered(figures, mps)
+
+
+@MPS
+def test_an_instance_that_fails_itself_is_restarted(gpu_faults, own_mps, tmp_path, mps):
+    figures = break_and_recover("fail-instance", quick_settings("fail-instance", mps=mps), tmp_path)
+    report("fail-instance", mps, figures)
+    assert figures["trigger_request"] == "instance-failed", figures
+    failure = next(detail for kind, _, detail in figures["supervisor_events"] if kind == "failure")
+    assert failure.startswith("an unrecoverable error took instance"), failure
+    assert_recovered(figures, mps)
+
+
+@MPS
+def test_sigterm_lets_in_flight_requests_finish(gpu_faults, own_mps, tmp_path, mps):
+    """`tritonprep serve` (GPU configs) gets SIGTERM with requests inside preprocess: they complete, and the
+    launcher exits 0 within the exit timeout + 5 s, with nothing left for the watchdog to kill."""
+    settings = quick_settings("drain", clients=4, sleep=1.5, exit_timeout=30, mps=mps)
+    figures = drain(settings, tmp_path)
+    print(f"drain, MPS {mps}: launcher exited {figures['launcher_exited_after_s']} s after SIGTERM")  # noqa: T201
+    assert figures["in_flight_outcomes"] == {"ok": 4}, figures
+    assert figures["launcher_exit_code"] == 0 and figures["clean_stop"], figures
+    assert figures["launcher_exited_after_s"] <= figures["exit_timeout_s"] + 5, figures

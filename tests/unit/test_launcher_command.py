@@ -84,3 +84,86 @@ def test_a_missing_gpu_leaves_no_server_folder_behind(monkeypatch, tmp_path):
         server.start()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("tritonprep-server-")] == []
     assert server.watchdog is None and server._workdir is None
+
+
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_without_a_gpu_tritonserver_gets_no_gpu_pools_or_metrics(monkeypatch, gpus):
+    """The flags of a machine without a GPU: no pinned pool, no CUDA pools, no GPU metrics (each of which
+    logs a warning or error there); with a GPU all three stay Triton's."""
+    monkeypatch.setattr(install, "gpu_count", lambda: gpus)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    cmd = process.EmbeddedServer(ServerOptions()).command(Path("/backends"))
+    pinned = cmd[cmd.index("--pinned-memory-pool-byte-size") + 1]
+    assert pinned == ("0" if not gpus else str(256 << 20))
+    assert ("--allow-gpu-metrics" in cmd) == (not gpus)
+    if not gpus:
+        assert cmd[cmd.index("--allow-gpu-metrics") + 1] == "false"
+
+
+def test_serve_takes_its_own_options_and_passes_only_what_follows_the_double_dash(capsys):
+    from tritonprep.launcher.cli import options_from_args, parse_args
+
+    args = parse_args(["serve", "--http-port", "9000", "--mps", "off", "--", "--log-info", "false"])
+    assert args.http_port == 9000 and args.mps == "off" and args.triton_args == ["--log-info", "false"]
+    options = options_from_args(args)
+    assert options.extra_args == ("--log-info", "false") and options.mps == "off"
+    assert parse_args(["--gpu-memory-budget", "16G"]).gpu_memory_budget == "16G"
+    assert parse_args([]).triton_args == [] and parse_args([]).mps == "auto"
+    with pytest.raises(SystemExit) as usage:
+        parse_args(["serve", "--model-repositry", "x"])  # a typo is our usage error, not tritonserver's
+    assert usage.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage: tritonprep serve" in err and "unrecognized arguments: --model-repositry" in err
+    with pytest.raises(SystemExit):
+        parse_args(["--mps", "maybe"])
+    with pytest.raises(SystemExit):
+        parse_args(["serve", "--log-info", "false"])  # tritonserver's option without the --
+    assert "unrecognized arguments" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_args(["stray"])
+    assert "tritonserver's own go after --" in capsys.readouterr().err
+
+
+def test_options_refuse_unknown_mps_modes_and_budgets():
+    assert ServerOptions(mps="on", gpu_memory_budget="12000M").gpu_memory_budget == "12000M"
+    with pytest.raises(ServerError, match="mps must be one of auto, on, off"):
+        ServerOptions(mps="yes")
+    with pytest.raises(ServerError, match="not a memory size: 'lots'"):
+        ServerOptions(gpu_memory_budget="lots")
+
+
+def test_mps_on_without_a_gpu_is_refused_and_auto_is_off(monkeypatch, tmp_path):
+    monkeypatch.setattr(install, "gpu_count", lambda: 0)
+    monkeypatch.setattr(process.tempfile, "tempdir", str(tmp_path))
+    server = process.EmbeddedServer(ServerOptions(mps="on"), tmp_path / "server.log")
+    with pytest.raises(ServerError, match="--mps on: no GPU is visible here"):
+        server.start()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("tritonprep-server-")] == []
+    assert process.EmbeddedServer(ServerOptions())._choose_mps(0) == "off"
+
+
+def test_a_stop_requested_before_the_start_exits_0_without_starting():
+    import threading
+
+    from tritonprep.launcher.cli import parse_args, serve
+
+    stopping = threading.Event()
+    stopping.set()
+    assert serve(parse_args(["--model-repository", "/nonexistent"]), stopping) == 0
+
+
+def test_the_summary_rows_read_the_served_config_the_reports_and_the_gpu_memory():
+    from tritonprep.launcher.summary import model_row
+    from tritonprep.reports import InstanceReport
+
+    assert model_row("classify", {"platform": "ensemble"}, [], {}) == ("classify", "ensemble", "-", "-", "-", "-")
+    config = {
+        "instance_group": [{"count": 2, "kind": "KIND_GPU"}],
+        "parameters": {"batch_buckets": {"string_value": "1,8,32"}, "gpu_memory_mb": {"string_value": "1200"}},
+    }
+    reports = [InstanceReport("classifier", f"classifier_0_{i}", 10 + i, "GPU", 0, "onnxruntime-cuda") for i in (0, 1)]
+    row = model_row("classifier", config, reports, {10: 900, 11: 950, 99: 5000})
+    assert row == ("classifier", "GPU", "2", "onnxruntime-cuda", "1,8,32", "1850 MiB (budget 1200 MiB each)")
+    # without reports: the model's stub processes give the GPU memory, the runtime is unknown
+    assert model_row("classifier", config, [], {10: 900}, [10])[3:] == ("-", "1,8,32", "900 MiB (budget 1200 MiB each)")
+    assert model_row("postprocess", None, [], {}) == ("postprocess", "?", "?", "-", "-", "-")

@@ -15,6 +15,7 @@ PACKAGE = ROOT / "backend" / "tritonprep"
 #: what each part of the library may import (besides itself): the architecture, as a table
 ALLOWED = {
     "errors": set(),
+    "reports": set(),  # the files instances leave for the launcher (tritonprep.reports)
     "cuda": {"errors"},  # CuPy's import and the sticky-CUDA-error guard of every GPU path
     "parameters": {"errors"},  # config.pbtxt parameter tables (spec's and the runtimes')
     # the per-image error contract: the client imports it too, so it imports nothing (standard library only)
@@ -28,8 +29,8 @@ ALLOWED = {
     "kernels": {"cuda"},  # plain values only: no specs, decoders or Triton
     "executors": {"errors", "cuda", "spec", "geometry", "decode", "kernels", "memory", "cache"},
     "classifier": {"errors", "cuda", "parameters", "memory", "cache"},
-    "triton": {"errors", "cuda", "image_errors", "spec", "geometry", "executors"},
-    "launcher": {"errors"},
+    "triton": {"errors", "cuda", "image_errors", "reports", "spec", "geometry", "executors"},
+    "launcher": {"errors", "reports", "memory"},  # memory: the syntax of gpu_memory_mb, which the budget plans with
     # the one wiring of the request/response layer to the networks (classify_fused)
     "pipeline": {"errors", "image_errors", "spec", "executors", "classifier", "triton", "memory"},
 }

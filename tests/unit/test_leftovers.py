@@ -94,7 +94,8 @@ INNER = """
 import subprocess
 from pathlib import Path
 
-from tritonprep.launcher.reaper import Owner, pid_namespace, start_time
+from tritonprep.launcher.proctable import start_time
+from tritonprep.launcher.reaper import Owner, pid_namespace
 
 
 def test_that_leaks(tmp_path):

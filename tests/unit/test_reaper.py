@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tritonprep.launcher.proctable import start_time
 from tritonprep.launcher.reaper import (
     Owner,
     kill_server,
@@ -20,7 +21,6 @@ from tritonprep.launcher.reaper import (
     pid_namespace,
     prefix_of,
     remove_regions,
-    start_time,
     sweep,
     work_dir_owner,
     work_dir_prefix,
@@ -189,3 +189,20 @@ def test_sweep_removes_work_folders_of_dead_launchers_that_nothing_names(tmp_pat
     swept = sweep(shm, tmp_path)
     assert swept.folders == [folders["dead"].name]
     assert work_dirs(tmp_path) == sorted([folders["live"], folders["stopping"]])
+
+
+def test_sweep_kills_log_filters_of_dead_servers_only(tmp_path, spawn):
+    """A log filter (tritonprep.launcher.logfilter, on machines without a GPU) reads until its server's last
+    process is gone; a server SIGKILLed with its watchdog leaves it waiting on a deadlocked stub."""
+    dead, stopping = dead_owner(), dead_owner()
+    module = "tritonprep.launcher.logfilter"
+    orphan = spawn("python3", LOOP, module, dead.prefix)
+    alive = spawn("python3", LOOP, module, live_owner().prefix)
+    still_serving = spawn("python3", LOOP, module, stopping.prefix)
+    server = spawn("tritonserver", LOOP, "--backend-config", f"python,shm-region-prefix-name={stopping.prefix}")
+    for p in (orphan, alive, still_serving, server):
+        wait_running(p.pid, "_")
+    swept = sweep(tmp_path, tmp_path)
+    assert swept.killed == [orphan.pid]
+    assert orphan.wait(5) == -9
+    assert alive.poll() is None and still_serving.poll() is None and server.poll() is None

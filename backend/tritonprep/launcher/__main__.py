@@ -1,4 +1,4 @@
-"""``python -m tritonprep.launcher``: the same as ``tritonprep serve``."""
+"""``python -m tritonprep.launcher [serve] ...``: the same as ``tritonprep serve ...``."""
 
 import sys
 

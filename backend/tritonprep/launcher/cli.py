@@ -1,4 +1,11 @@
-"""``tritonprep serve``: the embedded server in the foreground, supervised, until SIGINT or SIGTERM."""
+"""``tritonprep serve``: the embedded server in the foreground, supervised, until SIGINT or SIGTERM.
+
+``tritonprep serve [OPTIONS] [-- TRITONSERVER ARGS]`` and ``python -m tritonprep.launcher [serve] ...``
+take the same arguments: an option this parser does not know is a usage error, and only what follows
+``--`` goes to tritonserver as it is. A SIGINT or SIGTERM at any moment, start-up included, is a
+requested stop: the requests in flight finish (at most the exit timeout), tritonserver stops, and the
+exit code is 0.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +13,23 @@ import argparse
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import ServerError
-from .options import ADMIN_HEADER, ADMIN_KEY_ENV, DEFAULT_REPOSITORY, RESTRICTED_APIS, ServerOptions
+from . import logs
+from .options import ADMIN_HEADER, ADMIN_KEY_ENV, DEFAULT_REPOSITORY, MPS_MODES, RESTRICTED_APIS, ServerOptions
 from .process import EmbeddedServer
+from .summary import summary
 from .supervise import Supervisor
 
 log = logging.getLogger(__name__)
+
+#: what a requested stop may take beyond the exit timeout (tritonserver unloads its models, then SIGKILL)
+STOP_MARGIN_S = 5.0
 
 
 def gpu_list(text: str) -> tuple[int, ...]:
@@ -32,7 +45,12 @@ def gpu_list(text: str) -> tuple[int, ...]:
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     """Arguments of ``tritonprep serve``."""
-    p = parser or argparse.ArgumentParser(prog="tritonprep serve", description="Run the embedded Triton server.")
+    p = parser or argparse.ArgumentParser(
+        prog="tritonprep serve",
+        usage="%(prog)s [options] [-- tritonserver args]",
+        description="Run the embedded Triton server.",
+        epilog="Arguments after -- go to tritonserver as they are.",
+    )
     p.add_argument("--model-repository", type=Path, default=DEFAULT_REPOSITORY, help="default: %(default)s")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s; 0.0.0.0 exposes it)")
     p.add_argument("--http-port", type=int, default=8000)
@@ -54,6 +72,22 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--log-file", type=Path, help="write Triton's log here instead of the terminal")
     p.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for the models")
     p.add_argument("--exit-timeout", type=int, default=30, help="seconds in-flight requests get on shutdown")
+    gpu = p.add_argument_group("GPU")
+    gpu.add_argument(
+        "--mps",
+        choices=MPS_MODES,
+        default="auto",
+        help="CUDA MPS for the instances, a private daemon per start: auto (default: where a GPU and "
+        "nvidia-cuda-mps-control are; else without, said in one line), on (or fail), off",
+    )
+    gpu.add_argument(
+        "--gpu-memory-budget",
+        default="auto",
+        metavar="SIZE|auto|off",
+        help="GPU memory per GPU for tritonserver and the instances (16G, 12000M): lowers instance counts, then "
+        "the largest batch bucket, of the models that declare gpu_memory_mb until they fit (auto, the default: "
+        "each GPU's total less a margin; off: the configs as they are)",
+    )
     sec = p.add_argument_group("security")
     sec.add_argument(
         "--admin-key-file",
@@ -69,13 +103,29 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     sup = p.add_argument_group("supervision")
     sup.add_argument("--no-supervise", action="store_true", help="exit instead of restarting a failed server")
     sup.add_argument("--max-restarts", type=int, default=5, help="restarts allowed within 10 minutes (default: 5)")
-    p.add_argument("triton_args", nargs=argparse.REMAINDER, help="after --: extra tritonserver arguments")
+    p.add_argument("triton_args", nargs="*", metavar="-- TRITONSERVER ARGS", help="tritonserver's own arguments")
     return p
+
+
+def parse_args(argv: Sequence[str], parser: argparse.ArgumentParser | None = None) -> argparse.Namespace:
+    """Parse ``[serve] [options] [-- tritonserver args]``; an unknown option is a usage error (exit 2).
+
+    The leading ``serve`` is what ``python -m tritonprep.launcher serve`` passes.
+    """
+    argv = list(argv)
+    if argv[:1] == ["serve"]:
+        argv = argv[1:]
+    own, extra = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    parser = parser or build_parser()
+    args = parser.parse_args(own)
+    if args.triton_args:  # a word that is no option of ours, before any --
+        parser.error(f"unrecognized arguments: {' '.join(args.triton_args)} (tritonserver's own go after --)")
+    args.triton_args = extra
+    return args
 
 
 def options_from_args(args: argparse.Namespace) -> ServerOptions:
     """Turn parsed arguments into :class:`ServerOptions`."""
-    extra = [a for a in args.triton_args if a != "--"]
     if args.admin_key_file is not None:
         try:
             admin_key: str | None = args.admin_key_file.read_text().strip()
@@ -94,97 +144,124 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         cuda_memory_pool_mb=args.cuda_memory_pool_mb,
         gpus=args.gpus,
         exit_timeout_s=args.exit_timeout,
-        extra_args=tuple(extra),
+        extra_args=tuple(args.triton_args),
         restricted_apis=() if args.unrestricted else RESTRICTED_APIS,
         admin_key=admin_key,
         grpc_tls_cert=args.grpc_tls_cert,
         grpc_tls_key=args.grpc_tls_key,
         grpc_tls_root_cert=args.grpc_tls_root_cert,
+        mps=args.mps,
+        gpu_memory_budget=args.gpu_memory_budget,
     )
 
 
-def serve(args: argparse.Namespace) -> int:
-    """Run the server in the foreground until SIGINT/SIGTERM; return an exit code.
+def log_ready(server: EmbeddedServer, args: argparse.Namespace) -> None:
+    """The lines a user reads once the server is ready: endpoints, models, the admin APIs, the summary."""
+    options = server.options
+    log.info(
+        "tritonserver ready: HTTP %s  gRPC %s%s  metrics http://%s:%d/metrics",
+        options.http_url,
+        options.grpc_url,
+        " (TLS)" if options.grpc_tls_cert else "",
+        options.host,
+        options.metrics_port,
+    )
+    log.info("models ready: %s", ", ".join(n for n, ok in server.model_states().items() if ok) or "none")
+    if options.restricted_apis:
+        source = (
+            ("--admin-key-file" if args.admin_key_file else f"${ADMIN_KEY_ENV}")
+            if options.admin_key
+            else "a random value (set --admin-key-file or $" + ADMIN_KEY_ENV + " to use them)"
+        )
+        apis = ",".join(options.restricted_apis)
+        log.info("restricted APIs (%s) need the header %s: %s", apis, options.admin_header, source)
+    log.info("%s", summary(server))
+    log.info("try: .venv/bin/tritonprep classify photo.jpg --url %s", options.grpc_url)
 
-    On SIGINT/SIGTERM tritonserver gets Triton's exit timeout to finish the requests in
-    flight. While it runs, a :class:`~tritonprep.launcher.supervise.Supervisor` restarts it when a
-    model stops serving (unless ``--no-supervise``).
+
+def run_until_stopped(server: EmbeddedServer, supervisor: Supervisor | None, stopping: threading.Event) -> int:
+    """Wait for a stop request; 1 if the server fails for good first."""
+    while not stopping.is_set():
+        if supervisor is not None and supervisor.gave_up.is_set():
+            log.error("tritonserver keeps failing; giving up")
+            return 1
+        if supervisor is None and not server.running:
+            log.error("tritonserver exited unexpectedly with code %s", server.poll())
+            return 1
+        stopping.wait(0.5)
+    return 0
+
+
+def shut_down(server: EmbeddedServer, stopping: threading.Event) -> None:
+    """Let the requests in flight finish (on a requested stop), stop tritonserver, and say how it went."""
+    if server.watchdog is None:  # it never started (or is stopped already)
+        server.stop()
+        return
+    t0 = time.monotonic()
+    grace = None
+    if stopping.is_set() and server.running:
+        exit_timeout = server.options.exit_timeout_s
+        drained = server.drain(exit_timeout)
+        waited = time.monotonic() - t0
+        log.info("requests in flight %s after %.1f s", "finished" if drained else "still running", waited)
+        grace = max(0.0, exit_timeout - waited) + STOP_MARGIN_S  # the whole stop: the exit timeout + the margin
+    code = server.stop(timeout_s=grace)
+    cleanup = server.cleanup
+    if cleanup is None:
+        done = "the watchdog did not report its clean-up"
+    elif cleanup.nothing_killed:
+        done = "nothing left to kill"
+    else:
+        done = f"the watchdog killed {list(cleanup.killed) or 'no process'}, MPS daemon {cleanup.mps}"
+    log.info("tritonserver stopped (exit code %s) after %.1f s; %s", code, time.monotonic() - t0, done)
+
+
+def serve(args: argparse.Namespace, stopping: threading.Event | None = None) -> int:
+    """Run the server in the foreground until ``stopping`` is set (SIGINT/SIGTERM); return an exit code.
+
+    A requested stop, at any moment (start-up included), exits 0 once tritonserver has stopped: the
+    requests in flight get Triton's exit timeout first. While it runs, a
+    :class:`~tritonprep.launcher.supervise.Supervisor` restarts it when a model stops serving (unless
+    ``--no-supervise``).
     """
-    options = options_from_args(args)
-    server = EmbeddedServer(options, args.log_file)
+    stopping = stopping or threading.Event()
+    if stopping.is_set():
+        return 0
+    server = EmbeddedServer(options_from_args(args), args.log_file)
+    supervisor = None
+    try:
+        server.start()
+        try:
+            server.wait_ready(args.ready_timeout, cancel=stopping)
+        except ServerError:
+            if stopping.is_set():
+                return 0  # stopped while starting: a requested stop
+            raise
+        log_ready(server, args)
+        if not args.no_supervise:
+            supervisor = Supervisor(server, max_restarts=args.max_restarts, ready_timeout_s=args.ready_timeout)
+            supervisor.start()
+        return run_until_stopped(server, supervisor, stopping)
+    finally:
+        if supervisor is not None:
+            supervisor.stop()
+        shut_down(server, stopping)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``tritonprep serve`` and ``python -m tritonprep.launcher [serve]``."""
     stopping = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
         log.info("received %s, stopping tritonserver", signal.Signals(signum).name)
         stopping.set()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM):  # first: a stop at any moment is a clean one
         signal.signal(sig, on_signal)
-    server.start()
-    supervisor = None
+    logs.setup("tritonprep")
+    args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        try:
-            server.wait_ready(args.ready_timeout, cancel=stopping)
-        except ServerError:
-            if stopping.is_set():
-                return 130
-            raise
-        states = server.model_states()
-        log.info(
-            "tritonserver ready: HTTP %s  gRPC %s%s  metrics http://%s:%d/metrics",
-            options.http_url,
-            options.grpc_url,
-            " (TLS)" if options.grpc_tls_cert else "",
-            options.host,
-            options.metrics_port,
-        )
-        log.info("models ready: %s", ", ".join(n for n, ok in states.items() if ok) or "none")
-        if options.restricted_apis:
-            source = (
-                ("--admin-key-file" if args.admin_key_file else f"${ADMIN_KEY_ENV}")
-                if options.admin_key
-                else "a random value (set --admin-key-file or $" + ADMIN_KEY_ENV + " to use them)"
-            )
-            log.info(
-                "restricted APIs (%s) need the header %s: %s",
-                ",".join(options.restricted_apis),
-                options.admin_header,
-                source,
-            )
-        log.info("try: .venv/bin/tritonprep classify photo.jpg --url %s", options.grpc_url)
-        if not args.no_supervise:
-            supervisor = Supervisor(server, max_restarts=args.max_restarts, ready_timeout_s=args.ready_timeout)
-            supervisor.start()
-        while not stopping.is_set():
-            if supervisor is not None and supervisor.gave_up.is_set():
-                log.error("tritonserver keeps failing; giving up")
-                return 1
-            if supervisor is None and not server.running:
-                log.error("tritonserver exited unexpectedly with code %s", server.poll())
-                return 1
-            stopping.wait(0.5)
-        return 0
-    finally:
-        if supervisor is not None:
-            supervisor.stop()
-        if stopping.is_set() and server.running:
-            t0 = time.monotonic()
-            drained = server.drain(options.exit_timeout_s)
-            log.info(
-                "requests in flight %s after %.1f s", "finished" if drained else "still running", time.monotonic() - t0
-            )
-        code = server.stop()
-        log.info("tritonserver stopped (exit code %s)", code)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``tritonprep serve`` and ``python -m tritonprep.launcher``."""
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s tritonprep: %(message)s", datefmt="%H:%M:%S", force=True
-    )
-    args = build_parser().parse_args(argv)
-    try:
-        return serve(args)
+        return serve(args, stopping)
     except ServerError as e:
         log.error("%s", e)
         return 1

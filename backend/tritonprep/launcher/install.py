@@ -1,4 +1,4 @@
-"""Where the nvidia-pytriton wheel put tritonserver, its Python backend and libraries, and how many GPUs are visible."""
+"""Where the nvidia-pytriton wheel put tritonserver, its Python backend and libraries, and the GPUs it will see."""
 
 from __future__ import annotations
 
@@ -91,3 +91,43 @@ def gpu_count() -> int:
     if visible is not None:
         count = min(count, len([d for d in visible.split(",") if d.strip()]))
     return count
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One GPU as ``nvidia-smi`` shows it."""
+
+    index: str
+    uuid: str
+    name: str
+    total_mb: int
+    used_mb: int
+
+
+def gpu_info(ids: list[str]) -> list[GpuInfo]:
+    """The GPUs ``ids`` names (``CUDA_VISIBLE_DEVICES`` entries: indices or UUIDs), as nvidia-smi shows them;
+    [] without nvidia-smi or where none matches."""
+    if not ids or shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index,uuid,name,memory.total,memory.used", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    found = {}
+    for line in out.splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) == 5 and fields[3].isdigit():
+            used = int(fields[4]) if fields[4].isdigit() else 0
+            found[fields[0]] = GpuInfo(fields[0], fields[1], fields[2], int(fields[3]), used)
+    chosen = []
+    for entry in ids:
+        match = found.get(entry) or next((g for g in found.values() if entry and g.uuid.startswith(entry)), None)
+        if match is not None:
+            chosen.append(match)
+    return chosen

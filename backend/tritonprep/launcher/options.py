@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ServerError
+from .budget import parse_budget
 
 _SOURCE_REPOSITORY = Path(__file__).resolve().parents[3] / "model_repository"
 #: the checkout's model_repository/ for a source install, else ./model_repository
@@ -16,6 +17,8 @@ ADMIN_HEADER = "triton-admin-key"
 ADMIN_KEY_ENV = "TRITONPREP_ADMIN_KEY"
 #: Triton checks a restricted gRPC protocol's header under this prefix
 GRPC_HEADER_PREFIX = "triton-grpc-protocol-"
+#: the choices of ServerOptions.mps (see tritonprep.launcher.mps)
+MPS_MODES = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,11 @@ class ServerOptions:
     grpc_tls_cert: Path | None = None
     grpc_tls_key: Path | None = None
     grpc_tls_root_cert: Path | None = None
+    #: CUDA MPS for the instances: "auto" (where a GPU and nvidia-cuda-mps-control are), "on" (or fail), "off"
+    mps: str = "auto"
+    #: GPU memory each GPU may give the server: "auto" (its total less a margin), "off" (the configs as they
+    #: are) or a size per GPU ("16G", "12000M", "16GiB"); see tritonprep.launcher.budget
+    gpu_memory_budget: str = "auto"
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.restricted_apis) - set(RESTRICTED_APIS) - {"health", "metadata", "inference"})
@@ -62,6 +70,9 @@ class ServerOptions:
             raise ServerError("gRPC TLS needs both a certificate and a key (--grpc-tls-cert and --grpc-tls-key)")
         if self.grpc_tls_root_cert is not None and self.grpc_tls_cert is None:
             raise ServerError("mutual gRPC TLS (--grpc-tls-root-cert) needs --grpc-tls-cert and --grpc-tls-key")
+        if self.mps not in MPS_MODES:
+            raise ServerError(f"mps must be one of {', '.join(MPS_MODES)}, got {self.mps!r}")
+        parse_budget(self.gpu_memory_budget)  # a ServerError naming the value if it is not one
         for name in ("admin_header", "admin_key"):
             value = getattr(self, name)
             if value is not None and (not value or any(c in value for c in ",:= \t\r\n")):

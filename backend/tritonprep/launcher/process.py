@@ -12,7 +12,12 @@ the start (:mod:`.reaper`), and removes both however the server ends. The watchd
 pipe from this process (the "lifeline"): when this process dies, even by SIGKILL, the
 watchdog stops the server gracefully. Nothing depends on the thread that called
 :meth:`EmbeddedServer.start`. Before each start, :func:`~.reaper.sweep` removes what dead
-servers left behind.
+servers left behind. The watchdog also owns the start's private CUDA MPS daemon (:mod:`.mps`),
+and speaks with this process in the line protocol of :mod:`.protocol`.
+
+Each start has a work folder (the copy of the Python backend, the MPS daemon's folders, the
+instances' reports, :data:`tritonprep.reports.ENV`, and where a GPU memory budget applies, the
+served copy of the repository with the chosen instance counts, :mod:`.served`).
 
 Secure defaults: localhost only, model control off, and the repository, model-config,
 shared-memory, statistics, trace and logging APIs restricted (HTTP and gRPC) to clients
@@ -25,6 +30,7 @@ Command line: ``tritonprep serve --help`` (:mod:`.cli`).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import secrets
@@ -38,17 +44,24 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
+from .. import reports
 from ..errors import ServerError
+from . import install, mps
+from .budget import TRITON_MB, auto_budget_mb, parse_budget
+from .budget import Plan as BudgetPlan
+from .command import GPU_CONFIG_NAME, config_name, tritonserver_args
 from .install import TritonInstall, visible_gpus
 from .options import ADMIN_KEY_ENV, GRPC_HEADER_PREFIX, ServerOptions
-from .probes import fetch_metrics, in_flight
+from .probes import drain, fetch_metrics
+from .protocol import Cleaned, Error, Exited, LineBuffer, Mps, Started, Stop, parse_report
 from .reaper import kill_server, prefix_of, remove_regions, sweep, work_dir_prefix
+from .served import serve_copy
 
 log = logging.getLogger(__name__)
 
-#: the configuration name the launcher selects where it sees a GPU (``<model>/configs/gpu.pbtxt``)
-GPU_CONFIG_NAME = "gpu"
+__all__ = ["GPU_CONFIG_NAME", "EmbeddedServer"]
 #: seconds the watchdog may need after the grace: stubs settle (1 s), leftovers are killed, regions removed
 CLEANUP_S = 10.0
 #: seconds for the watchdog to start tritonserver
@@ -67,10 +80,22 @@ class EmbeddedServer:
         self.pid: int | None = None
         #: the prefix of this server's shared-memory regions (/dev/shm/<prefix>*) while started
         self.prefix: str | None = None
+        #: whether the last start runs under CUDA MPS (and its pipe folder), or why not
+        self.mps: Mps | None = None
+        #: what the watchdog had to do after the last stop (None before it reported)
+        self.cleanup: Cleaned | None = None
+        #: the GPU memory budget's plan of the last start (None where no budget applied)
+        self.plan: BudgetPlan | None = None
+        #: time.monotonic() of the last start, and seconds from it until ready
+        self.started_at: float | None = None
+        self.ready_s: float | None = None
         self._returncode: int | None = None
+        self._errors: list[str] = []
+        self._mps_mode = "off"  # the watchdog's --mps of the last start
+        self._gpus = 0  # GPUs the last start serves on
         self._lifeline: int | None = None  # write end; the watchdog's stdin
         self._reports: int | None = None  # read end of the watchdog's report lines
-        self._report_buffer = b""
+        self._report_lines = LineBuffer()
         self._lock = threading.RLock()
         self._workdir: Path | None = None
         self._log_file = None
@@ -86,60 +111,17 @@ class EmbeddedServer:
         """The same for gRPC: Triton expects the header name prefixed with ``triton-grpc-protocol-``."""
         return {GRPC_HEADER_PREFIX + self.options.admin_header: self.admin_key}
 
+    @property
+    def report_dir(self) -> Path | None:
+        """Where the instances of the running start leave their reports (:mod:`tritonprep.reports`)."""
+        return None if self._workdir is None else self._workdir / "reports"
+
     # ------------------------------------------------------------------ lifecycle
-    def command(self, backend_dir: Path) -> list[str]:
-        """The tritonserver command line."""
-        o = self.options
-        cmd = [
-            "--model-repository",
-            str(o.model_repository),
-            "--backend-directory",
-            str(backend_dir),
-            "--http-address",
-            o.host,
-            "--http-port",
-            str(o.http_port),
-            "--grpc-address",
-            o.host,
-            "--grpc-port",
-            str(o.grpc_port),
-            "--metrics-address",
-            o.host,
-            "--metrics-port",
-            str(o.metrics_port),
-            "--model-control-mode",
-            "none",
-            "--strict-readiness",
-            "true",
-            "--exit-timeout-secs",
-            str(o.exit_timeout_s),
-            "--log-verbose",
-            str(o.log_verbose),
-            "--pinned-memory-pool-byte-size",
-            str(o.pinned_memory_pool_mb << 20),
-            "--backend-config",
-            "python,shm-default-byte-size=16777216",
-            "--backend-config",
-            "python,shm-growth-byte-size=67108864",
-        ]
-        gpus = len(visible_gpus(o.gpus))  # tritonserver numbers the GPUs it sees 0..gpus-1
-        for gpu in range(gpus):
-            cmd += ["--cuda-memory-pool-byte-size", f"{gpu}:{o.cuda_memory_pool_mb << 20}"]
-        config_name = o.model_config_name
-        if config_name is None and gpus:
-            config_name = GPU_CONFIG_NAME  # models with configs/gpu.pbtxt take their GPU configuration
-        if config_name:
-            cmd += ["--model-config-name", config_name]
-        if o.restricted_apis:
-            restriction = f"{','.join(o.restricted_apis)}:{o.admin_header}={self.admin_key}"
-            cmd += [f"--http-restricted-api={restriction}", f"--grpc-restricted-protocol={restriction}"]
-        if o.grpc_tls_cert is not None and o.grpc_tls_key is not None:
-            cmd += ["--grpc-server-cert", str(o.grpc_tls_cert), "--grpc-server-key", str(o.grpc_tls_key)]
-            if o.grpc_tls_root_cert is not None:
-                cmd += ["--grpc-use-ssl-mutual", "true", "--grpc-root-cert", str(o.grpc_tls_root_cert)]
-            else:
-                cmd += ["--grpc-use-ssl", "true"]
-        return cmd + list(o.extra_args)
+    def command(self, backend_dir: Path, repository: Path | None = None) -> list[str]:
+        """The tritonserver command line (on ``repository``, by default the options' own)."""
+        gpus = len(visible_gpus(self.options.gpus))  # tritonserver numbers the GPUs it sees 0..gpus-1
+        repo = self.options.model_repository if repository is None else repository
+        return tritonserver_args(self.options, backend_dir, repo, self.admin_key, gpus)
 
     def environment(self, install: TritonInstall) -> dict[str, str]:
         """Environment of the child: this Python first on PATH (the stub finds its env there)."""
@@ -149,9 +131,43 @@ class EmbeddedServer:
         env["LD_LIBRARY_PATH"] = os.pathsep.join(libs)
         if self.options.gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(visible_gpus(self.options.gpus))
+        if self.report_dir is not None:
+            env[reports.ENV] = str(self.report_dir)
         env.update(dict(self.options.env))
         env.pop(ADMIN_KEY_ENV, None)  # the stubs have no use for the admin key
         return env
+
+    def _choose_mps(self, gpus: int) -> str:
+        """The watchdog's ``--mps`` for ``gpus`` visible GPUs (no GPU: off, or a ServerError for ``on``)."""
+        if self.options.mps == "off":
+            self.mps = Mps(False, "--mps off")
+            return "off"
+        if not gpus:
+            if self.options.mps == "on":
+                raise ServerError(
+                    "--mps on: no GPU is visible here, and CUDA MPS shares a GPU between the instances; "
+                    "use --mps auto (the default) or --mps off"
+                )
+            self.mps = Mps(False, "no GPU")
+            return "off"
+        return self.options.mps
+
+    def _served_repository(self, gpu_ids: list[str]) -> Path:
+        """The repository to serve: the options' own, or where a GPU memory budget applies its served copy."""
+        o, self.plan = self.options, None
+        budget = parse_budget(o.gpu_memory_budget)
+        gpus = install.gpu_info(gpu_ids)
+        if budget == "off" or not gpus or self._workdir is None:
+            return o.model_repository  # no GPU (or nvidia-smi cannot tell): the budget does nothing
+        budget_mb = budget if isinstance(budget, int) else min(auto_budget_mb(g.total_mb) for g in gpus)
+        repository, self.plan = serve_copy(
+            o.model_repository,
+            self._workdir / "repository",
+            config_name(o, len(gpu_ids)),
+            budget_mb,
+            TRITON_MB + o.cuda_memory_pool_mb,
+        )
+        return repository
 
     def start(self) -> None:
         """Start tritonserver in the background, under its watchdog."""
@@ -161,17 +177,26 @@ class EmbeddedServer:
             log.warning(
                 "%s has no classify/config.pbtxt; is it a tritonprep model repository?", self.options.model_repository
             )
-        install = TritonInstall.find()
+        triton = TritonInstall.find()
         sweep()
+        self.started_at, self.ready_s, self.mps, self.cleanup, self._errors = time.monotonic(), None, None, None, []
         self._workdir = Path(tempfile.mkdtemp(prefix=work_dir_prefix(os.getpid())))
-        try:  # a GPU that is not there (--gpus) fails here: remove the folder, leave nothing behind
-            backend_dir = install.make_backend_dir(self._workdir / "backends")
-            server_cmd = [str(install.binary)] + self.command(backend_dir)
-            env = self.environment(install)
+        try:  # a GPU that is not there (--gpus), a budget that cannot fit: remove the folder, leave nothing behind
+            gpu_ids = visible_gpus(self.options.gpus)
+            self._gpus = len(gpu_ids)
+            mps_mode = self._mps_mode = self._choose_mps(len(gpu_ids))
+            repository = self._served_repository(gpu_ids)
+            backend_dir = triton.make_backend_dir(self._workdir / "backends")
+            server_cmd = [str(triton.binary)] + self.command(backend_dir, repository)
+            env = self.environment(triton)
         except BaseException:
             self.stop()
             raise
         log.debug("starting %s", " ".join(server_cmd))
+        self._launch(server_cmd, env, mps_mode)
+
+    def _launch(self, server_cmd: list[str], env: dict[str, str], mps_mode: str) -> None:
+        """Start the watchdog of ``server_cmd``; return once it started tritonserver (ServerError if it did not)."""
         out = None
         if self.log_path is not None:
             self._log_file = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
@@ -179,7 +204,7 @@ class EmbeddedServer:
         lifeline_r, self._lifeline = os.pipe()
         self._reports, report_w = os.pipe()
         os.set_blocking(self._reports, False)
-        self._returncode, self._report_buffer = None, b""
+        self._returncode, self._report_lines = None, LineBuffer()
         watchdog_cmd = [
             sys.executable,
             "-m",
@@ -192,6 +217,9 @@ class EmbeddedServer:
             str(report_w),
             "--work-dir",
             str(self._workdir),
+            "--mps",
+            mps_mode,
+            *(["--quiet-cuda-probes"] if not self._gpus else []),
             "--",
             *server_cmd,
         ]
@@ -221,7 +249,41 @@ class EmbeddedServer:
                 break
         if self.pid is None:
             code = self.stop()
-            raise ServerError(f"the watchdog did not start tritonserver (exit code {code}){self.log_tail()}")
+            raise ServerError(self._start_failure(code))
+
+    def _start_failure(self, code: int | None) -> str:
+        """Why the watchdog did not start tritonserver, with what to do."""
+        if not self._errors:
+            return f"the watchdog did not start tritonserver (exit code {code}){self.log_tail()}"
+        text = "; ".join(self._errors)
+        if self.options.mps == "on" and text.startswith("MPS cannot start"):
+            return (
+                f"--mps on: {text}. Fix that, or use --mps auto (serves without MPS where it cannot start) or --mps off"
+            )
+        return f"cannot start tritonserver: {text}"
+
+    def _on_report(self, line: str) -> None:
+        try:
+            message = parse_report(line)
+        except ServerError as e:
+            log.warning("%s", e)
+            return
+        if isinstance(message, Started):
+            self.pid, self.prefix = message.pid, message.prefix
+        elif isinstance(message, Exited):
+            self._returncode = message.code
+        elif isinstance(message, Cleaned):
+            self.cleanup = message
+        elif isinstance(message, Mps) and self._mps_mode != "off":
+            self.mps = message
+            if message.enabled:
+                log.info("CUDA MPS on: a private daemon for this server (%s)", message.detail)
+            elif self._mps_mode == "auto":  # the launcher's own reasons (no GPU, --mps off) are set already
+                quiet = message.detail == mps.NOT_INSTALLED  # auto means "where installed": not a problem
+                (log.info if quiet else log.warning)("serving without CUDA MPS: %s", message.detail)
+        elif isinstance(message, Error):
+            self._errors.append(message.message)
+            log.error("watchdog: %s", message.message)
 
     def _read_reports(self, timeout: float = 0.0) -> bool:
         """Read the watchdog's report lines (waiting up to ``timeout`` for some); False once it closed the pipe."""
@@ -238,17 +300,8 @@ class EmbeddedServer:
                 return True
             if not data:
                 return False
-            self._report_buffer += data
-            *lines, self._report_buffer = self._report_buffer.split(b"\n")
-            for line in lines:
-                kind, _, rest = line.decode(errors="replace").partition(" ")
-                if kind == "started":
-                    pid, _, prefix = rest.partition(" ")
-                    self.pid, self.prefix = int(pid), prefix
-                elif kind == "exited":
-                    self._returncode = int(rest)
-                elif kind == "error":
-                    log.error("watchdog: %s", rest)
+            for line in self._report_lines.feed(data):
+                self._on_report(line)
             return True
 
     def poll(self) -> int | None:
@@ -305,8 +358,10 @@ class EmbeddedServer:
             if not self.running:
                 raise ServerError(f"tritonserver exited with code {self.poll()} while starting{self.log_tail()}")
             if self.is_ready():
+                if self.started_at is not None:
+                    self.ready_s = time.monotonic() - self.started_at
                 return
-            time.sleep(0.25)
+            time.sleep(0.1)
         raise ServerError(f"tritonserver not ready after {timeout_s:.0f} s{self.log_tail()}")
 
     def model_states(self) -> dict[str, bool]:
@@ -320,52 +375,30 @@ class EmbeddedServer:
                 states[name] = False
         return states
 
+    def model_config(self, name: str) -> dict[str, Any] | None:
+        """The config tritonserver serves ``name`` with (the model-config API, with the admin header), or None."""
+        try:
+            status, body = self._get(f"/v2/models/{name}/config", headers=self.admin_headers)
+            return json.loads(body) if status == 200 else None
+        except (urllib.error.URLError, OSError, ValueError):
+            return None
+
     def metrics_text(self, timeout: float = 2.0) -> str:
         """Triton's Prometheus metrics (the metrics endpoint is not a restricted API)."""
         return fetch_metrics(self.options.host, self.options.metrics_port, timeout)
 
-    def drain(self, timeout_s: float, quiet_s: float = 2.0) -> bool:
-        """Wait until no request is queued or executing anywhere, for at most ``timeout_s``.
-
-        Triton 2.51's own drain (on SIGINT) finishes what is queued or executing in each
-        model but refuses the *next step* of an in-flight ensemble request ("Server is
-        stopping"), so a ``classify`` request inside preprocess at shutdown would fail.
-        Waiting first for quiescence lets those requests finish: quiet means every model's
-        queue is empty (``nv_inference_pending_request_count``), the preprocess instances
-        execute nothing (``tritonprep_executing_requests``) and no model's request or
-        execution counters moved for ``quiet_s`` (which covers a classifier batch in
-        flight). Returns False on timeout (traffic that never stops).
-        """
-        deadline = time.monotonic() + timeout_s
-        last: tuple[float, ...] | None = None
-        quiet_since = time.monotonic()
-        while time.monotonic() < deadline:
-            try:
-                text = self.metrics_text()
-            except (urllib.error.URLError, OSError):
-                return False
-            busy = in_flight(text)
-            counters = [
-                float(line.rpartition(" ")[2])
-                for line in text.splitlines()
-                if line.startswith(
-                    ("nv_inference_request_success", "nv_inference_request_failure", "nv_inference_exec_count")
-                )
-            ]
-            now = time.monotonic()
-            if busy or tuple(counters) != last:
-                quiet_since, last = now, tuple(counters)
-            elif now - quiet_since >= quiet_s:
-                return True
-            time.sleep(0.1)
-        return False
+    def drain(self, timeout_s: float) -> bool:
+        """Wait until no request is queued or executing anywhere, for at most ``timeout_s``; False on
+        timeout (see :func:`.probes.drain`: it returns at once when nothing is in flight)."""
+        return drain(self.metrics_text, timeout_s)
 
     def stop(self, timeout_s: float | None = None) -> int | None:
         """Stop tritonserver and return its exit code: SIGINT, ``timeout_s`` (by default Triton's exit
         timeout + 10 s) for it to finish, then SIGKILL to its process group.
 
-        Through the watchdog, which then kills what is left of the tree and removes the server's
-        shared-memory regions; should the watchdog fail to, this process does.
+        Through the watchdog, which then kills what is left of the tree, quits the MPS daemon and
+        removes the server's shared-memory regions (:attr:`cleanup` says what it had to kill); should
+        the watchdog fail to, this process does.
         """
         with self._lock:
             code = None
@@ -373,7 +406,7 @@ class EmbeddedServer:
                 grace = self.options.exit_timeout_s + 10 if timeout_s is None else timeout_s
                 if self.watchdog.poll() is None:
                     try:
-                        os.write(self._lifeline, f"stop {grace}\n".encode())  # type: ignore[arg-type]
+                        os.write(self._lifeline, f"{Stop(grace).encode()}\n".encode())  # type: ignore[arg-type]
                     except OSError:
                         pass  # it is exiting anyway
                     try:
@@ -385,23 +418,34 @@ class EmbeddedServer:
                         self.watchdog.kill()
                         self.watchdog.wait()
                 code = self.poll()
+                for _ in range(100):  # the rest of its reports (the clean-up's)
+                    if not self._read_reports():
+                        break
                 if self.prefix is not None:  # normally nothing is left; if the watchdog failed, this cleans up
                     killed, removed = kill_server(self.prefix), remove_regions(self.prefix)
                     if killed or removed:
                         log.warning("after the watchdog: killed %s, removed regions %s", killed, removed)
                 self.watchdog = None
                 self.pid = self.prefix = None
-            for fd in (self._lifeline, self._reports):
-                if fd is not None:
-                    os.close(fd)
-            self._lifeline = self._reports = None
-            if self._log_file is not None:
-                self._log_file.close()
-                self._log_file = None
-            if self._workdir is not None:
-                shutil.rmtree(self._workdir, ignore_errors=True)
-                self._workdir = None
+            self._close()
             return code
+
+    def _close(self) -> None:
+        """Close the pipes and the log, and remove the work folder (with a dead watchdog's MPS daemon)."""
+        for fd in (self._lifeline, self._reports):
+            if fd is not None:
+                os.close(fd)
+        self._lifeline = self._reports = None
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+        if self._workdir is not None:
+            if self.cleanup is None:  # the watchdog did not get to quit it
+                ended = mps.shut_down(self._workdir)
+                if ended:
+                    log.warning("after the watchdog: ended its MPS daemon %s", ended)
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir = None
 
     def log_tail(self, lines: int = 40) -> str:
         """The last ``lines`` of the server log, headed, or "" without a log file."""

@@ -12,7 +12,8 @@ namespace. The prefix is also on tritonserver's command line and in every stub's
 second argument is its region), which is how :func:`server_processes` finds a server's processes.
 
 :func:`sweep` runs before every start. It kills Python stubs whose watchdog and tritonserver are
-both gone (a stub can deadlock in its own parent-death path and then ignores SIGTERM), and
+both gone (a stub can deadlock in its own parent-death path and then ignores SIGTERM), and the log
+filters of such servers (:mod:`.logfilter`, which would read the dead stub's output until it ends), and
 removes regions that no live process can still use: the watchdog is dead, no process carries the
 prefix on its command line, and none that can be inspected has the region open or mapped. (A
 region is opened by name only by tritonserver and its stubs, which carry the prefix, and is
@@ -26,7 +27,8 @@ Each start also has a work folder (the copy of the Python backend tritonserver l
 the launcher process, ``$TMPDIR/tritonprep-server-<pid namespace>-<pid>-<start time>-*`` (not in the
 region prefix's form: the stubs' paths lie inside it, and their owner is the watchdog, not the launcher).
 The watchdog removes it once its server is gone; :func:`sweep` removes those whose launcher is dead
-and that no live process names on its command line (a watchdog killed with its launcher).
+and that no live process names on its command line (a watchdog killed with its launcher), after ending
+the private MPS daemon whose pipe folder lies inside (:func:`.mps.shut_down`: its environment names it).
 """
 
 from __future__ import annotations
@@ -42,14 +44,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ServerError
+from . import mps
+from .proctable import SERVER_BINARY, Proc, is_stub, processes, start_time
 
 log = logging.getLogger(__name__)
 
 SHM_DIR = Path("/dev/shm")
 #: the start of every work folder's name, in the temporary directory
 WORK_DIR_PREFIX = "tritonprep-server-"
-SERVER_BINARY = "tritonserver"
-STUB_BINARY = "triton_python_backend_stub"
 _PREFIX = re.compile(r"tritonprep_(\d+)_(\d+)_(\d+)_")
 _WORK_DIR = re.compile(r"^tritonprep-server-(\d+)-(\d+)-(\d+)-")
 
@@ -57,23 +59,6 @@ _WORK_DIR = re.compile(r"^tritonprep-server-(\d+)-(\d+)-(\d+)-")
 def pid_namespace() -> int:
     """The inode of this process's pid namespace (pids mean something only inside one)."""
     return os.stat("/proc/self/ns/pid").st_ino
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    """Fields 3.. of ``/proc/PID/stat`` (state first), or None if the process is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text[text.rindex(")") + 2 :].split()
-
-
-def start_time(pid: int) -> int | None:
-    """When ``pid`` started (clock ticks after boot), or None if it is gone or a zombie."""
-    fields = _stat_fields(pid)
-    if fields is None or fields[0] in ("Z", "X"):
-        return None
-    return int(fields[19])
 
 
 @dataclass(frozen=True)
@@ -128,54 +113,12 @@ def owner_of(text: str) -> Owner | None:
     return None if m is None else Owner(int(m[1]), int(m[2]), int(m[3]))
 
 
-@dataclass(frozen=True)
-class Proc:
-    """A process as ``/proc`` shows it."""
-
-    pid: int
-    ppid: int
-    state: str
-    argv: tuple[str, ...]
-
-    @property
-    def name(self) -> str:
-        """The base name of the program (argv[0])."""
-        return os.path.basename(self.argv[0]) if self.argv else ""
-
-    def carries(self, prefix: str) -> bool:
-        """True if an argument contains ``prefix``."""
-        return any(prefix in a for a in self.argv)
-
-
-def processes() -> list[Proc]:
-    """Every process visible in ``/proc`` (kernel threads and vanished processes left out)."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        fields = _stat_fields(int(entry.name))
-        try:
-            raw = Path(entry.path, "cmdline").read_bytes()
-        except OSError:
-            continue
-        if fields is None or not raw:
-            continue
-        argv = tuple(a.decode(errors="replace") for a in raw.rstrip(b"\0").split(b"\0"))
-        found.append(Proc(int(entry.name), int(fields[1]), fields[0], argv))
-    return found
-
-
-def _is_stub(p: Proc) -> bool:
-    # bash -c " exec <stub> ...": how Triton starts a stub, for the moment before the exec
-    return p.name == STUB_BINARY or (p.name == "bash" and len(p.argv) > 2 and STUB_BINARY in p.argv[2])
-
-
 def server_processes(prefix: str, procs: list[Proc] | None = None) -> list[Proc]:
     """The live tritonserver and stub processes of the server with region prefix ``prefix``."""
     return [
         p
         for p in (processes() if procs is None else procs)
-        if p.state not in ("Z", "X") and (p.name == SERVER_BINARY or _is_stub(p)) and p.carries(prefix)
+        if p.alive and (p.name == SERVER_BINARY or is_stub(p)) and p.carries(prefix)
     ]
 
 
@@ -244,7 +187,7 @@ def _orphaned_stubs(procs: list[Proc]) -> list[Proc]:
     namespace = pid_namespace()
     orphans = []
     for p in procs:
-        if p.state in ("Z", "X") or not _is_stub(p):
+        if not p.alive or not is_stub(p):
             continue
         owner = next((o for o in map(owner_of, p.argv) if o is not None), None)
         if owner is None or owner.namespace != namespace or owner.alive():
@@ -253,6 +196,27 @@ def _orphaned_stubs(procs: list[Proc]) -> list[Proc]:
         if parent is not None and parent.name == SERVER_BINARY and parent.carries(owner.prefix):
             continue  # its tritonserver still runs: it stops with its dead watchdog and finalizes the stub
         orphans.append(p)
+    return orphans
+
+
+#: the log filter of a server on a machine without a GPU (:mod:`.logfilter`): it carries the server's prefix
+LOG_FILTER_MODULE = "tritonprep.launcher.logfilter"
+
+
+def _orphaned_filters(procs: list[Proc]) -> list[Proc]:
+    """Log filters of this namespace's servers whose watchdog is dead and whose tritonserver is gone (they end
+    by themselves once the last orphaned stub that writes into them is gone; the sweep does not wait)."""
+    namespace = pid_namespace()
+    servers = [p for p in procs if p.alive and p.name == SERVER_BINARY]
+    orphans = []
+    for p in procs:
+        if not p.alive or LOG_FILTER_MODULE not in p.argv:
+            continue
+        owner = next((o for o in map(owner_of, p.argv) if o is not None), None)
+        if owner is None or owner.namespace != namespace or owner.alive():
+            continue
+        if not any(s.carries(owner.prefix) for s in servers):
+            orphans.append(p)
     return orphans
 
 
@@ -278,7 +242,7 @@ def _in_use(names: dict[str, Owner], shm_dir: Path) -> set[str]:
     paths = {str(shm_dir / n): n for n in names}
     used: set[str] = set()
     for p in processes():
-        if p.state in ("Z", "X"):
+        if not p.alive:
             continue
         used |= {n for n, o in names.items() if p.carries(o.prefix)}
         try:
@@ -299,10 +263,13 @@ def _sweep_work_dirs(tmp: Path | None) -> list[str]:
             stale.append(path)
     if not stale:
         return []
-    live = [p for p in processes() if p.state not in ("Z", "X")]
+    live = [p for p in processes() if p.alive]
     removed = []
     for path in stale:
-        if not any(p.carries(str(path)) for p in live):  # a server that is still stopping keeps its folder
+        if not any(p.carries(str(path)) for p in live):  # a server (or watchdog) still stopping keeps its folder
+            ended = mps.shut_down(path)
+            if ended:
+                log.warning("ended the MPS daemon of a dead server (%s): pids %s", path.name, ended)
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path.name)
     return removed
@@ -312,15 +279,15 @@ def sweep(shm_dir: Path = SHM_DIR, tmp: Path | None = None) -> Swept:
     """Remove what dead tritonprep servers of this pid namespace left: orphaned stubs, unused regions,
     work folders."""
     swept = Swept()
-    orphans = _orphaned_stubs(processes())
-    for p in orphans:
+    procs = processes()
+    for p in _orphaned_stubs(procs) + _orphaned_filters(procs):
         try:
             os.kill(p.pid, signal.SIGKILL)
             swept.killed.append(p.pid)
         except ProcessLookupError:
             continue
         except PermissionError:
-            log.warning("cannot kill orphaned Python stub %d (another user's)", p.pid)
+            log.warning("cannot kill orphaned %s %d (another user's)", p.name, p.pid)
     _wait_gone(swept.killed, 2.0)
     swept.folders = _sweep_work_dirs(tmp)
     if not shm_dir.is_dir():

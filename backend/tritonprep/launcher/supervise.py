@@ -2,13 +2,21 @@
 
 Since 24.06 Triton no longer restarts a crashed Python stub, and Triton 2.51 keeps
 reporting the model ready while every request to it fails with "Stub process is not
-healthy". So the supervisor watches three things, every ``poll_s``:
+healthy". So the supervisor watches four things, every ``poll_s``:
 
 * the ``tritonserver`` process itself;
+* the fault reports of the instances (:func:`tritonprep.reports.read_faults`): an instance that
+  takes itself out of service (``fail_instance``, after an unrecoverable error) says why, and
+  whether a sticky CUDA error hit which GPU, before its stub exits;
 * the Python stub processes it started (one per model instance; a stub that exits, is
-  killed or becomes a zombie is a dead model instance: ``fail_instance`` ends its stub on
-  purpose after an unrecoverable GPU error);
+  killed or becomes a zombie is a dead model instance);
 * strict readiness (``/v2/health/ready``), for models that do report themselves unready.
+
+A sticky CUDA error under CUDA MPS is reported to every client of that GPU's MPS server (the other
+stubs on that GPU and tritonserver itself), and the MPS server then refuses new clients until all of
+them have exited. So the restart after one does not wait for a graceful stop (at most ``fault_grace_s``):
+the watchdog has the MPS daemon end each remaining client's GPU work (``terminate_client``), kills them,
+and quits the daemon; the new start gets a fresh daemon and MPS server with no poisoned client.
 
 On a failure it stops the server (SIGINT, ``grace_s`` for in-flight requests of the healthy
 models, then SIGKILL: with a dead stub Triton would otherwise wait its whole exit timeout
@@ -29,12 +37,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import reports
 from ..errors import ServerError
+from . import proctable
 from .process import EmbeddedServer
 
 log = logging.getLogger(__name__)
-
-STUB_NAME = "triton_python_backend_stub"
 
 
 @dataclass(frozen=True)
@@ -55,45 +63,15 @@ class Event:
     detail: str
 
 
-def _stat(pid: int) -> tuple[str, int] | None:
-    """(state, parent pid) of a process, or None if it is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2 :].split()
-    return fields[0], int(fields[1])
-
-
 def stub_processes(server_pid: int) -> list[Stub]:
-    """The live Python stubs that ``server_pid`` started (from /proc)."""
+    """The live Python stubs that ``server_pid`` started (from the process table)."""
     stubs = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+    for p in proctable.processes():
+        if p.ppid != server_pid or not p.alive or p.name != proctable.STUB_BINARY or len(p.argv) < 3:
             continue
-        st = _stat(int(entry.name))
-        if st is None or st[1] != server_pid or st[0] == "Z":
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if not argv or not argv[0].endswith(STUB_NAME.encode()) or len(argv) < 3:
-            continue
-        model_path = Path(argv[1].decode(errors="replace"))  # <repository>/<model>/<version>/model.py
-        stubs.append(Stub(int(entry.name), model_path.parent.parent.name, argv[2].decode(errors="replace")))
+        model_path = Path(p.argv[1])  # <repository>/<model>/<version>/model.py
+        stubs.append(Stub(p.pid, model_path.parent.parent.name, p.argv[2]))
     return sorted(stubs, key=lambda s: (s.model, s.pid))
-
-
-def rss_bytes(pid: int) -> int | None:
-    """Resident set size of a process (VmRSS), or None if it is gone."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
 
 
 class Supervisor:
@@ -106,13 +84,19 @@ class Supervisor:
         poll_s: float = 0.5,
         ready_failures: int = 3,
         grace_s: float = 2.0,
+        fault_grace_s: float = 0.5,
         max_restarts: int = 5,
         window_s: float = 600.0,
         ready_timeout_s: float = 300.0,
         on_event: Callable[[Event], None] | None = None,
     ) -> None:
         self.server = server
-        self.poll_s, self.ready_failures, self.grace_s = poll_s, ready_failures, grace_s
+        self.poll_s, self.ready_failures, self.grace_s, self.fault_grace_s = (
+            poll_s,
+            ready_failures,
+            grace_s,
+            fault_grace_s,
+        )
         self.max_restarts, self.window_s, self.ready_timeout_s = max_restarts, window_s, ready_timeout_s
         self.on_event = on_event
         self.events: list[Event] = []
@@ -121,6 +105,9 @@ class Supervisor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._restart_times: list[float] = []
+        self._faults_seen: set[int] = set()
+        #: the fault report behind the failure being handled (None for a failure without one)
+        self.fault: reports.FaultReport | None = None
 
     @property
     def restarts(self) -> int:
@@ -151,6 +138,7 @@ class Supervisor:
     def _record_stubs(self) -> None:
         pid = self.server.pid
         self.stubs = stub_processes(pid) if pid is not None else []
+        self._faults_seen = set()
         log.info(
             "supervisor: watching tritonserver pid %s and %d stubs (%s)",
             pid,
@@ -159,14 +147,31 @@ class Supervisor:
         )
 
     # ------------------------------------------------------------------ checks
+    def new_fault(self) -> reports.FaultReport | None:
+        """The first fault report of the running start not seen before, or None."""
+        folder = self.server.report_dir
+        if folder is None:
+            return None
+        for fault in reports.read_faults(folder):
+            if fault.pid not in self._faults_seen:
+                self._faults_seen.add(fault.pid)
+                return fault
+        return None
+
     def check(self) -> str | None:
         """What is wrong with the server now, or None."""
+        self.fault = None
         code = self.server.poll()
         if code is not None or self.server.pid is None:
             return f"tritonserver exited with code {code}"
+        fault = self.fault = self.new_fault()
+        if fault is not None:
+            where = f" on GPU {fault.device}" if fault.device is not None else ""
+            what = "a sticky CUDA error" if fault.sticky_cuda else "an unrecoverable error"
+            return f"{what}{where} took instance {fault.instance} (pid {fault.pid}) out of service: {fault.reason}"
         for stub in self.stubs:
-            st = _stat(stub.pid)
-            if st is None or st[0] == "Z" or st[1] != self.server.pid:
+            st = proctable.stat(stub.pid)
+            if st is None or st.ended or st.ppid != self.server.pid:
                 return f"the Python stub of model {stub.model!r} (pid {stub.pid}) died"
         return None
 
@@ -197,7 +202,13 @@ class Supervisor:
             self.gave_up.set()
             return False
         self._event("restarting", reason)
-        self.server.stop(timeout_s=self.grace_s)
+        poisoned = (
+            self.fault is not None
+            and self.fault.sticky_cuda
+            and self.server.mps is not None
+            and self.server.mps.enabled
+        )
+        self.server.stop(timeout_s=self.fault_grace_s if poisoned else self.grace_s)
         for attempt in range(1, 4):
             try:
                 self.server.start()
@@ -214,5 +225,7 @@ class Supervisor:
                 self._event("retrying", f"start attempt {attempt} failed ({e}); trying again")
                 time.sleep(1.0)
         self._record_stubs()
-        self._event("ready", f"tritonserver pid {self.server.pid} is ready")
+        self._event(
+            "ready", f"tritonserver pid {self.server.pid} is ready {time.monotonic() - now:.1f} s after the failure"
+        )
         return True

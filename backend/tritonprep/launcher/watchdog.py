@@ -1,15 +1,17 @@
-"""The watchdog of one tritonserver: the single owner of its processes and of its shared memory.
+"""The watchdog of one tritonserver: the single owner of its processes, its shared memory and its MPS daemon.
 
 :class:`~.process.EmbeddedServer` starts one for every server start, restarts included::
 
     python -m tritonprep.launcher.watchdog --launcher-pid PID --grace S --report-fd FD --work-dir DIR \
-        -- tritonserver ARGS...
+        --mps auto|on|off [--quiet-cuda-probes] -- tritonserver ARGS...
 
 It makes itself a child subreaper, so every process that tritonserver starts (the Python stubs,
 and whatever a model starts) is re-parented to the watchdog, not to init, when its parent dies.
-It starts tritonserver from its own (only) thread, in a new session, with the parent-death signal
-SIGTERM (``PR_SET_PDEATHSIG`` follows the *thread* that forked, so it must be one that lives as
-long as the watchdog) and with the region prefix of :mod:`.reaper` on the command line.
+Unless ``--mps off``, it first starts the start's private CUDA MPS daemon (:mod:`.mps`, which says
+why the watchdog owns it) and gives tritonserver the daemon's folders. It starts tritonserver from its
+own (only) thread, in a new session, with the parent-death signal SIGTERM (``PR_SET_PDEATHSIG``
+follows the *thread* that forked, so it must be one that lives as long as the watchdog) and with the
+region prefix of :mod:`.reaper` on the command line.
 
 A stop is requested by ``stop <grace seconds>`` on stdin, by SIGTERM or SIGINT, or by the
 launcher's death: stdin is a pipe whose write end only the launcher process holds (EOF: every
@@ -19,16 +21,21 @@ grace.
 
 However tritonserver ends (stopped, crashed, killed), the watchdog reaps it, gives the stubs a
 second to notice and exit by themselves (a healthy stub removes its own region), SIGKILLs every
-descendant that remains (a stub can deadlock in its own parent-death path and ignores SIGTERM),
-removes ``/dev/shm/<prefix>*`` and the launcher's work folder for this start (``--work-dir``), and
-exits with the server's code (128+N for signal N).
+descendant that remains (a stub can deadlock in its own parent-death path and ignores SIGTERM; under
+MPS the daemon first ends each one's GPU work, ``terminate_client``), asks the MPS daemon to quit and
+kills it by pid only if it does not, removes ``/dev/shm/<prefix>*`` and the launcher's work folder for
+this start (``--work-dir``), and exits with the server's code (128+N for signal N).
 
-Reports, one line each on the report fd: ``started <server pid> <prefix>`` and ``exited <code>``
-(``subprocess`` convention: -N for signal N), or ``error <message>``.
+With ``--quiet-cuda-probes`` (the launcher sees no GPU) tritonserver's output goes through
+:mod:`.logfilter`, which leaves out Triton's failed CUDA probes; the filter ends when the output does,
+after everything else.
+
+It reports on the report fd in the line protocol of :mod:`.protocol`: ``mps``, ``started``,
+``exited``, ``cleaned`` (what it had to kill: nothing, after a clean stop) or ``error``.
 
 If the watchdog itself is killed, tritonserver gets SIGTERM and stops gracefully; its launcher
 (:meth:`~.process.EmbeddedServer.stop`) or the next start's :func:`~.reaper.sweep` removes what
-remains.
+remains, the MPS daemon included.
 """
 
 from __future__ import annotations
@@ -46,7 +53,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import reaper
+from ..errors import ServerError
+from . import logs, mps, proctable, reaper
+from .protocol import Cleaned, Error, Exited, LineBuffer, Mps, Report, Started, Stop, parse_command
 
 log = logging.getLogger("tritonprep.watchdog")
 
@@ -56,6 +65,8 @@ PR_SET_CHILD_SUBREAPER = 36
 SETTLE_S = 1.0
 #: how often the watchdog checks its parent and reaps adopted processes
 TICK_S = 0.5
+#: how long the log filter may take to finish once tritonserver's processes are gone
+FILTER_S = 5.0
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -66,32 +77,11 @@ def _prctl(option: int, value: int) -> None:
         raise OSError(err, f"prctl({option}): {os.strerror(err)}")
 
 
-def children() -> list[int]:
-    """This process's children, zombies included."""
-    me = os.getpid()
-    try:
-        return [
-            int(c)
-            for tid in os.listdir(f"/proc/{me}/task")
-            for c in Path(f"/proc/{me}/task/{tid}/children").read_text().split()
-        ]
-    except FileNotFoundError:  # a kernel without CONFIG_PROC_CHILDREN
-        found = []
-        for entry in os.listdir("/proc"):
-            try:
-                text = Path(f"/proc/{entry}/stat").read_text() if entry.isdigit() else ""
-            except OSError:
-                continue
-            if text and int(text[text.rindex(")") + 2 :].split()[1]) == me:
-                found.append(int(entry))
-        return found
-
-
-def _reap(exclude: int | None = None) -> list[int]:
-    """Reap the children that have ended (but not ``exclude``); return the ones still running."""
+def _reap(exclude: set[int]) -> list[int]:
+    """Reap the children that have ended (but not those in ``exclude``); return the ones still running."""
     running = []
-    for pid in children():
-        if pid == exclude:
+    for pid in proctable.children(os.getpid()):
+        if pid in exclude:
             continue
         try:
             done, _ = os.waitpid(pid, os.WNOHANG)
@@ -103,21 +93,39 @@ def _reap(exclude: int | None = None) -> list[int]:
 
 
 class Watchdog:
-    """Runs one tritonserver and cleans up after it (see the module's description)."""
+    """Runs one tritonserver (and its MPS daemon) and cleans up after it (see the module's description)."""
 
-    def __init__(self, command: Sequence[str], launcher_pid: int, grace_s: float, report_fd: int | None) -> None:
+    def __init__(
+        self,
+        command: Sequence[str],
+        launcher_pid: int,
+        grace_s: float,
+        report_fd: int | None,
+        *,
+        work_dir: Path | None = None,
+        mps_mode: str = "off",
+        quiet_cuda_probes: bool = False,
+    ) -> None:
         self.command = list(command)
         self.launcher_pid = launcher_pid
         self.grace_s = grace_s
         self.report_fd = report_fd
+        self.work_dir = work_dir
+        self.mps_mode = mps_mode
+        self.mps: mps.MpsDaemon | None = None
+        self.quiet_cuda_probes = quiet_cuda_probes
+        self.log_filter: subprocess.Popen[bytes] | None = None
+        #: processes the watchdog SIGKILLed (tritonserver after its grace, leftovers)
+        self.killed: list[int] = []
+        self._clients_ended = False  # MPS clients had their GPU work ended: their MPS server is shut down at once
         self.stop_reason: str | None = None
-        self._lifeline = b""
+        self._lifeline = LineBuffer()
 
-    def report(self, line: str) -> None:
+    def report(self, message: Report) -> None:
         """One line to the launcher (which may be gone)."""
         if self.report_fd is not None:
             try:
-                os.write(self.report_fd, f"{line}\n".encode())
+                os.write(self.report_fd, f"{message.encode()}\n".encode())
             except OSError:
                 pass
 
@@ -140,19 +148,75 @@ class Watchdog:
         if not data:
             self.request_stop("the launcher is gone (lifeline closed)")
             return False
-        self._lifeline += data
-        *lines, self._lifeline = self._lifeline.split(b"\n")
-        for line in lines:
-            words = line.decode(errors="replace").split()
+        for line in self._lifeline.feed(data):
             try:
-                if len(words) == 2 and words[0] == "stop":
-                    self.request_stop("asked to stop", float(words[1]))
-                    continue
-            except ValueError:
-                pass
-            if words:
-                log.warning("unknown command %r", line)
+                command = parse_command(line)
+            except ServerError as e:
+                log.warning("%s", e)
+                continue
+            if isinstance(command, Stop):
+                self.request_stop("asked to stop", command.grace_s)
         return True
+
+    def _own(self, scan: bool = False) -> set[int]:
+        """Children that are not tritonserver's: the MPS daemon and the log filter; with ``scan``, also the
+        MPS servers of the daemon's pipe folder (should the daemon have left one to this subreaper)."""
+        own = {self.mps.pid} if self.mps is not None and self.mps.pid is not None else set()
+        if scan and self.mps is not None:
+            own |= {p.pid for p in mps.mps_processes(self.mps.pipe_dir)}
+        return own | ({self.log_filter.pid} if self.log_filter is not None else set())
+
+    def _server_output(self, prefix: str) -> int | None:
+        """Where tritonserver writes its log: the log filter's pipe (``--quiet-cuda-probes``), or None
+        (the watchdog's own output)."""
+        if not self.quiet_cuda_probes:
+            return None
+        read_fd, write_fd = os.pipe()
+        try:
+            self.log_filter = subprocess.Popen(
+                [sys.executable, "-m", "tritonprep.launcher.logfilter", prefix],
+                stdin=read_fd,
+                start_new_session=True,  # it outlives a killed watchdog until tritonserver's output ends
+            )
+        except OSError as e:
+            log.warning("tritonserver's output goes unfiltered: cannot start the log filter: %s", e)
+            os.close(write_fd)
+            return None
+        finally:
+            os.close(read_fd)
+        return write_fd
+
+    def _end_log_filter(self) -> None:
+        """Wait for the log filter to reach the end of tritonserver's output (everything that wrote it is gone)."""
+        if self.log_filter is None:
+            return
+        try:
+            self.log_filter.wait(FILTER_S)
+        except subprocess.TimeoutExpired:
+            log.warning("the log filter (pid %d) still reads after %.0f s: SIGKILL", self.log_filter.pid, FILTER_S)
+            self.log_filter.kill()
+            self.log_filter.wait()
+
+    def _start_mps(self, env: dict[str, str]) -> dict[str, str] | None:
+        """Start the MPS daemon unless ``--mps off``; tritonserver's environment, or None if it must not start."""
+        if self.mps_mode == "off" or self.work_dir is None:
+            self.report(Mps(False, "not asked for"))
+            return env
+        daemon = mps.MpsDaemon(self.work_dir, env)
+        try:
+            daemon.start()
+        except ServerError as e:
+            if self.mps_mode == "on":
+                log.error("MPS cannot start: %s", e)
+                self.report(Error(f"MPS cannot start: {e}"))
+                return None
+            log.info("CUDA MPS off: %s", e)  # the launcher says it to the user, at the level it deserves
+            self.report(Mps(False, str(e)))
+            return env
+        self.mps = daemon
+        log.info("CUDA MPS: control daemon pid %s, pipe folder %s", daemon.pid, daemon.pipe_dir)
+        self.report(Mps(True, str(daemon.pipe_dir)))
+        return daemon.client_env(env)
 
     def run(self) -> int:
         """Start tritonserver, watch it, stop it when asked, clean up; return the exit status for the watchdog."""
@@ -167,6 +231,9 @@ class Watchdog:
         signal.set_wakeup_fd(wakeup_w)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
+        env = self._start_mps(dict(os.environ))
+        if env is None:
+            return 1
         me = os.getpid()
 
         def die_with_watchdog() -> None:  # in the child, between fork and exec
@@ -175,23 +242,37 @@ class Watchdog:
                 os._exit(1)
 
         command = self.command + ["--backend-config", f"python,shm-region-prefix-name={prefix}"]
+        output = self._server_output(prefix)
         try:
-            server = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_watchdog
+            server: subprocess.Popen[bytes] | None = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=output,
+                env=env,
+                start_new_session=True,
+                preexec_fn=die_with_watchdog,
             )
         except (OSError, subprocess.SubprocessError) as e:
             log.error("cannot start %s: %s", self.command[0], e)
-            self.report(f"error cannot start {self.command[0]}: {e}")
+            self.report(Error(f"cannot start {self.command[0]}: {e}"))
+            server = None
+        finally:
+            if output is not None:  # tritonserver holds it now: the filter sees the end when its tree is gone
+                os.close(output)
+        if server is None:
+            self.report(Cleaned(mps=self._quit_mps()))
+            self._end_log_filter()
             return 127
-        self.report(f"started {server.pid} {prefix}")
+        self.report(Started(server.pid, prefix))
         log.info("tritonserver pid %d started; its shared-memory regions are /dev/shm/%s*", server.pid, prefix)
         self._watch(server, wakeup_r)
         if server.poll() is None:
             self._stop(server)
         code = server.returncode
-        self.report(f"exited {code}")
+        self.report(Exited(code))
         log.info("tritonserver pid %d exited with code %d", server.pid, code)
-        self._clean_up(server.pid, prefix)
+        self.report(self._clean_up(server.pid, prefix))
         return code if code >= 0 else 128 - code
 
     def _watch(self, server: subprocess.Popen[bytes], wakeup_r: int) -> None:
@@ -205,6 +286,7 @@ class Watchdog:
             poller.register(pidfd, select.POLLIN)
         except (AttributeError, OSError):  # before Linux 5.3: the tick notices the exit
             pidfd = None
+        mps_lost = False
         try:
             while server.poll() is None and self.stop_reason is None:
                 for fd, _ in poller.poll(TICK_S * 1000):
@@ -219,10 +301,21 @@ class Watchdog:
                                 break
                 if os.getppid() != self.launcher_pid:
                     self.request_stop(f"the launcher (pid {self.launcher_pid}) is gone")
-                _reap(exclude=server.pid)
+                if self.mps is not None and not mps_lost and not self.mps.running():
+                    mps_lost = True
+                    log.error("the MPS control daemon (pid %s) exited while tritonserver runs", self.mps.pid)
+                _reap({server.pid} | self._own())
         finally:
             if pidfd is not None:
                 os.close(pidfd)
+
+    def _end_gpu_work(self, pids: Sequence[int]) -> None:
+        """Under MPS, have the daemon end the GPU work of ``pids`` before they are SIGKILLed."""
+        if self.mps is not None and self.mps.running():
+            ended = self.mps.terminate_clients(set(pids))
+            if ended:
+                self._clients_ended = True
+                log.info("MPS: ended the GPU work of clients %s before killing them", ended)
 
     def _stop(self, server: subprocess.Popen[bytes]) -> None:
         log.info(
@@ -238,22 +331,35 @@ class Watchdog:
             log.warning(
                 "tritonserver pid %d still runs after %.0f s: SIGKILL to its process group", server.pid, self.grace_s
             )
+            self._end_gpu_work([server.pid, *proctable.children(server.pid)])
             try:
                 os.killpg(server.pid, signal.SIGKILL)  # not reaped yet, so the group id is still its own
+                self.killed.append(server.pid)
             except ProcessLookupError:
                 pass
             server.wait()
 
-    def _clean_up(self, server_pid: int, prefix: str) -> None:
-        """Everything the server left: descendants (re-parented here) and regions."""
+    def _quit_mps(self) -> str:
+        """Quit the MPS daemon (after tritonserver and its stubs are gone); how it ended."""
+        if self.mps is None:
+            return "none"
+        outcome = self.mps.quit(force=self._clients_ended)
+        log.info("CUDA MPS: control daemon pid %s %s", self.mps.pid, "quit" if outcome == "quit" else "killed")
+        return outcome
+
+    def _clean_up(self, server_pid: int, prefix: str) -> Cleaned:
+        """Everything the server left: descendants (re-parented here), the MPS daemon, regions."""
+        own = self._own(scan=True)
         deadline = time.monotonic() + SETTLE_S
-        while _reap() and time.monotonic() < deadline:
+        while _reap(own) and time.monotonic() < deadline:
             time.sleep(0.05)
         killed: list[int] = []
         for _ in range(100):
-            left = _reap()
+            left = _reap(own)
             if not left:
                 break
+            if not killed:
+                self._end_gpu_work(left)
             for pid in left:
                 try:
                     os.kill(pid, signal.SIGKILL)
@@ -261,17 +367,21 @@ class Watchdog:
                 except ProcessLookupError:
                     pass
             time.sleep(0.02)
-        survivors = _reap()
+        survivors = _reap(own)
+        mps_outcome = self._quit_mps()
+        self._end_log_filter()
+        _reap(set())
         removed = reaper.remove_regions(prefix)
         if killed or removed:
             log.info(
                 "after tritonserver pid %d: killed %s, removed %s",
                 server_pid,
-                f"{len(killed)} leftover process(es) {sorted(set(killed))}" if killed else "no process",
+                f"{len(set(killed))} leftover process(es) {sorted(set(killed))}" if killed else "no process",
                 f"{len(removed)} shared-memory region(s)" if removed else "no region",
             )
         if survivors:
             log.error("processes that survive SIGKILL: %s", survivors)
+        return Cleaned(tuple(sorted(set(self.killed + killed))), len(removed), mps_outcome)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -279,19 +389,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tritonprep.launcher.watchdog", description=__doc__.split("\n")[0])
     parser.add_argument("--launcher-pid", type=int, required=True, help="stop when this parent process is gone")
     parser.add_argument("--grace", type=float, default=40.0, help="seconds from SIGINT to SIGKILL (default: 40)")
-    parser.add_argument("--report-fd", type=int, help="write started/exited lines to this file descriptor")
+    parser.add_argument("--report-fd", type=int, help="write the protocol's reports to this file descriptor")
     parser.add_argument("--work-dir", type=Path, help="a folder to remove once tritonserver and its processes are gone")
+    parser.add_argument("--mps", choices=mps.MODES, default="off", help="the start's private CUDA MPS daemon")
+    parser.add_argument(
+        "--quiet-cuda-probes", action="store_true", help="no GPU: leave Triton's failed CUDA probes out of its log"
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="after --: the tritonserver command line")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no tritonserver command after --")
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s tritonprep watchdog %(process)d: %(message)s", datefmt="%H:%M:%S"
-    )
+    logs.setup(f"tritonprep watchdog {os.getpid()}")
     try:
-        return Watchdog(command, args.launcher_pid, args.grace, args.report_fd).run()
-    finally:  # only tritonserver and its stubs used it, and they are gone (or never started)
+        watchdog = Watchdog(
+            command,
+            args.launcher_pid,
+            args.grace,
+            args.report_fd,
+            work_dir=args.work_dir,
+            mps_mode=args.mps,
+            quiet_cuda_probes=args.quiet_cuda_probes,
+        )
+        return watchdog.run()
+    finally:  # only tritonserver, its stubs and the MPS daemon used it, and they are gone (or never started)
         if args.work_dir is not None:
             shutil.rmtree(args.work_dir, ignore_errors=True)
 

@@ -10,6 +10,8 @@ import threading
 import time
 from typing import Any
 
+from .. import reports
+
 log = logging.getLogger(__name__)
 
 _failure: str | None = None
@@ -18,7 +20,9 @@ _failure_lock = threading.Lock()
 FAILED_INSTANCE_EXIT_CODE = 70
 
 
-def fail_instance(reason: str, *, delay_s: float = 0.5) -> None:
+def fail_instance(
+    reason: str, *, delay_s: float = 0.5, sticky_cuda: bool | None = None, device: int | None = None
+) -> None:
     """Take this model instance out of service after an unrecoverable error.
 
     For errors after which the process cannot be trusted (a CUDA illegal address or other
@@ -29,12 +33,18 @@ def fail_instance(reason: str, *, delay_s: float = 0.5) -> None:
     so the embedded launcher's supervisor (:mod:`tritonprep.launcher.supervise`) watches the stub
     processes and restarts ``tritonserver``. Executors either call this or raise
     :class:`~tritonprep.errors.InstanceFailed`, which the Triton layer turns into this call.
+
+    The supervisor learns why from a fault report (:func:`tritonprep.reports.write_fault`, written
+    before the stub exits): ``sticky_cuda`` and ``device`` say whether a sticky CUDA error hit and on
+    which GPU (read from ``reason`` where not given), which under CUDA MPS poisons every client of that
+    GPU's MPS server, so the launcher ends them all before it restarts the server.
     """
     global _failure
     with _failure_lock:
         if _failure is not None:
             return
         _failure = reason
+    reports.write_fault(reason, sticky_cuda=sticky_cuda, device=device)
     log.error("model instance out of service: %s; its stub exits in %.1f s and the server restarts", reason, delay_s)
     threading.Thread(target=_exit_after, args=(delay_s,), name="tritonprep-fail-instance", daemon=True).start()
 

@@ -1,0 +1,82 @@
+"""The tritonserver command line of an embedded server: its flags, and the config name it picks.
+
+Where no GPU is visible, the flags leave out what only a GPU uses, so that a healthy start on a CPU
+machine logs no warning or error of tritonserver's own: no pinned-memory pool (allocating it asks the
+CUDA driver, which is not there), no CUDA memory pools, and no GPU metrics (DCGM). Two more CUDA
+probes of Triton 2.51 run whatever the flags (the block manager's driver check at start-up and one CUDA
+stream per ensemble, ``core/src/server.cc`` and ``ensemble_scheduler.cc``); :mod:`.logfilter` handles
+their lines.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .options import ServerOptions
+
+#: the configuration name the launcher selects where it sees a GPU (``<model>/configs/gpu.pbtxt``)
+GPU_CONFIG_NAME = "gpu"
+
+
+def config_name(options: ServerOptions, gpus: int) -> str | None:
+    """The ``--model-config-name`` for ``gpus`` visible GPUs (None: each model's config.pbtxt)."""
+    name = options.model_config_name
+    if name is None and gpus:
+        name = GPU_CONFIG_NAME  # models with configs/gpu.pbtxt take their GPU configuration
+    return name or None
+
+
+def tritonserver_args(
+    options: ServerOptions, backend_dir: Path, repository: Path, admin_key: str, gpus: int
+) -> list[str]:
+    """The arguments of tritonserver serving ``repository`` on ``gpus`` GPUs (numbered 0..gpus-1)."""
+    o = options
+    cmd = [
+        "--model-repository",
+        str(repository),
+        "--backend-directory",
+        str(backend_dir),
+        "--http-address",
+        o.host,
+        "--http-port",
+        str(o.http_port),
+        "--grpc-address",
+        o.host,
+        "--grpc-port",
+        str(o.grpc_port),
+        "--metrics-address",
+        o.host,
+        "--metrics-port",
+        str(o.metrics_port),
+        "--model-control-mode",
+        "none",
+        "--strict-readiness",
+        "true",
+        "--exit-timeout-secs",
+        str(o.exit_timeout_s),
+        "--log-verbose",
+        str(o.log_verbose),
+        "--pinned-memory-pool-byte-size",
+        str(o.pinned_memory_pool_mb << 20 if gpus else 0),
+        "--backend-config",
+        "python,shm-default-byte-size=16777216",
+        "--backend-config",
+        "python,shm-growth-byte-size=67108864",
+    ]
+    for gpu in range(gpus):
+        cmd += ["--cuda-memory-pool-byte-size", f"{gpu}:{o.cuda_memory_pool_mb << 20}"]
+    if not gpus:
+        cmd += ["--allow-gpu-metrics", "false"]
+    name = config_name(o, gpus)
+    if name:
+        cmd += ["--model-config-name", name]
+    if o.restricted_apis:
+        restriction = f"{','.join(o.restricted_apis)}:{o.admin_header}={admin_key}"
+        cmd += [f"--http-restricted-api={restriction}", f"--grpc-restricted-protocol={restriction}"]
+    if o.grpc_tls_cert is not None and o.grpc_tls_key is not None:
+        cmd += ["--grpc-server-cert", str(o.grpc_tls_cert), "--grpc-server-key", str(o.grpc_tls_key)]
+        if o.grpc_tls_root_cert is not None:
+            cmd += ["--grpc-use-ssl-mutual", "true", "--grpc-root-cert", str(o.grpc_tls_root_cert)]
+        else:
+            cmd += ["--grpc-use-ssl", "true"]
+    return cmd + list(o.extra_args)

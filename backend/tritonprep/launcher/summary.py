@@ -1,0 +1,125 @@
+"""The start-up summary: one block that ``tritonprep serve`` logs when the server is ready.
+
+Each GPU (name, memory), whether CUDA MPS is on, what the GPU memory budget chose, and per model its
+kind, instance count, runtime, batch buckets and GPU memory, then the time to ready. It reads what the
+server serves (the model-config API, with the admin header), the instances' reports
+(:mod:`tritonprep.reports`: the runtime each instance loaded; "-" where an instance wrote none) and
+``nvidia-smi`` where present (the GPU memory each instance's process holds: the reports' pids, else the
+model's stub processes).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from .. import reports
+from .install import gpu_info, visible_gpus
+from .process import EmbeddedServer
+from .supervise import stub_processes
+
+_HEAD = ("model", "kind", "instances", "runtime", "buckets", "GPU memory")
+
+
+def process_gpu_memory() -> dict[int, int]:
+    """MiB of GPU memory each process holds, from nvidia-smi ({} without it)."""
+    if shutil.which("nvidia-smi") is None:
+        return {}
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    found: dict[int, int] = defaultdict(int)
+    for line in out.splitlines():
+        pid, _, mb = (f.strip() for f in line.partition(","))
+        if pid.isdigit() and mb.isdigit():
+            found[int(pid)] += int(mb)
+    return dict(found)
+
+
+def _parameter(config: dict[str, Any], *names: str) -> str:
+    params = config.get("parameters") or {}
+    for name in names:
+        value = (params.get(name) or {}).get("string_value")
+        if value:
+            return str(value)
+    return ""
+
+
+def _instances(config: dict[str, Any]) -> tuple[str, str]:
+    """(kinds, instance count) of a served config's instance groups."""
+    groups = config.get("instance_group") or []
+    kinds = sorted({str(g.get("kind", "")).removeprefix("KIND_") for g in groups}) or ["?"]
+    count = sum(int(g.get("count", 1)) * max(1, len(g.get("gpus") or [])) for g in groups)
+    return "/".join(kinds), str(count or "?")
+
+
+def _gpu_memory(config: dict[str, Any], pids: Sequence[int], memory: dict[int, int]) -> str:
+    """The GPU memory the model's processes hold (nvidia-smi), and the budget of each instance."""
+    held = [memory[pid] for pid in pids if pid in memory]
+    declared = _parameter(config, "gpu_memory_mb")
+    return (f"{sum(held)} MiB" if held else "-") + (f" (budget {declared} MiB each)" if declared else "")
+
+
+def model_row(
+    name: str,
+    config: dict[str, Any] | None,
+    instances: list[reports.InstanceReport],
+    memory: dict[int, int],
+    stubs: Sequence[int] = (),
+) -> tuple[str, ...]:
+    """One model's line of the table (the reports' pids, else the model's stub processes, for its memory)."""
+    if config is None:
+        return (name, "?", "?", "-", "-", "-")
+    if config.get("platform") == "ensemble":
+        return (name, "ensemble", "-", "-", "-", "-")
+    runtimes = ",".join(sorted({r.runtime for r in instances if r.runtime})) or "-"
+    buckets = _parameter(config, "batch_buckets", "network.batch_buckets")
+    if not buckets and instances and instances[0].buckets:
+        buckets = ",".join(map(str, instances[0].buckets))
+    gpu = _gpu_memory(config, [r.pid for r in instances] or list(stubs), memory)
+    return (name, *_instances(config), runtimes, buckets or "-", gpu)
+
+
+def _table(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(_HEAD))]
+    return ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+
+
+def summary(server: EmbeddedServer) -> str:
+    """The summary block of ``server``, which is ready (several lines)."""
+    ready = f" in {server.ready_s:.1f} s" if server.ready_s is not None else ""
+    lines = [f"server ready{ready}:"]
+    gpus = gpu_info(visible_gpus(server.options.gpus))
+    for g in gpus:
+        lines.append(f"  GPU {g.index}: {g.name}, {g.total_mb} MiB ({g.used_mb} MiB in use)")
+    if not gpus:
+        lines.append("  GPUs: none (every instance runs on the CPU)")
+    mps = server.mps
+    lines.append(f"  CUDA MPS: {'on (' if mps and mps.enabled else 'off ('}{mps.detail if mps else 'unknown'})")
+    if server.plan is not None:
+        lines.append(f"  {server.plan.describe()}")
+    else:
+        budget = server.options.gpu_memory_budget
+        lines.append(f"  GPU memory budget: {'off' if budget == 'off' else 'not applied (no GPU)'}")
+    folder = server.report_dir
+    by_model: dict[str, list[reports.InstanceReport]] = defaultdict(list)
+    for report in reports.read_instances(folder) if folder is not None else []:
+        by_model[report.model].append(report)
+    memory = process_gpu_memory()
+    stubs: dict[str, list[int]] = defaultdict(list)
+    for stub in stub_processes(server.pid) if server.pid is not None else []:
+        stubs[stub.model].append(stub.pid)
+    rows = [_HEAD]
+    for name in sorted(server.model_states()):
+        rows.append(model_row(name, server.model_config(name), by_model.get(name, []), memory, stubs.get(name, [])))
+    return "\n".join(lines + _table(rows))

@@ -1,0 +1,164 @@
+"""The launcher on a GPU: the real private CUDA MPS daemon of each start, the GPU memory budget on the shipped
+GPU configs, the start-up summary, and a clean stop (exit code 0 within stop_bound(), nothing left for the watchdog
+to kill, the MPS daemon quit when asked).
+
+Prints what it measured (``pytest -rP``): the stop's duration, GPU memory in use against the budget, the lines
+of the log that report a problem.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tritonprep.errors import ServerError
+from tritonprep.launcher import mps, proctable
+from tritonprep.launcher.budget import TRITON_MB
+from tritonprep.launcher.process import EmbeddedServer
+from tritonprep.launcher.served import demand_of, read_models
+from tritonprep.launcher.supervise import stub_processes
+from tritonprep_testkit.leftovers import mps_of_host
+from tritonprep_testkit.servers import MODEL_REPOSITORY, local_options, running_server, serve_command
+
+#: a stop with nothing in flight takes at most this long, plus UNLOAD_S per instance beyond the first of the
+#: model with the most instances (Triton 2.51's Python backend finalizes a model's instances one after
+#: another, sleeping 1 s in each: python_backend src/python_be.cc, ~ModelInstanceState)
+STOP_S, UNLOAD_S = 5.0, 1.1
+
+
+def stop_bound(config_name: str | None = "gpu") -> float:
+    counts = [sum(g.count for g in m.config.instance_group) for m in read_models(MODEL_REPOSITORY, config_name)]
+    return STOP_S + UNLOAD_S * (max(counts, default=1) - 1)
+
+
+PROBLEM = re.compile(r"^[EW]\d{4} |\b(?:WARNING|ERROR)\b[:]")
+
+
+@pytest.fixture
+def gpu_server_kit(cp, nvimgcodec):
+    if importlib.util.find_spec("pytriton") is None:
+        pytest.skip("the embedded server (nvidia-pytriton) is not installed here")
+    before = {p.pid for p in mps_of_host()}
+    yield
+    left = [f"{p.pid} {p.name}" for p in mps_of_host() if p.pid not in before]
+    assert left == [], f"MPS processes of the test's servers outlived them: {left}"
+
+
+def classify(url: str, jpeg: bytes) -> tuple[int, ...]:
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        inp = grpcclient.InferInput("IMAGE", [1, 1], "BYTES")
+        inp.set_data_from_numpy(np.array([[jpeg]], dtype=np.object_))
+        return tuple(client.infer("classify", [inp]).as_numpy("CLASS_IDS").shape)
+    finally:
+        client.close()
+
+
+def test_mps_on_serves_every_gpu_instance_through_a_private_daemon_and_stops_cleanly(gpu_server_kit, tmp_path, jpegs):
+    with running_server(tmp_path / "tritonserver.log", mps="on") as (server, _):
+        assert server.mps is not None and server.mps.enabled, server.mps
+        pipe = Path(server.mps.detail)
+        work = pipe.parents[1]
+        assert pipe == work / "mps" / "pipe" and work.name.startswith("tritonprep-server-")
+        assert {p.name for p in mps.mps_processes(work)} == {mps.CONTROL, mps.SERVER}
+        [mps_server] = [int(w) for w in mps.control(pipe, ["get_server_list"], os.environ).split()]
+        clients = {int(w) for w in mps.control(pipe, [f"get_client_list {mps_server}"], os.environ).split()}
+        stubs = stub_processes(server.pid)  # type: ignore[arg-type]
+        for stub in stubs:
+            env = proctable.environ(stub.pid) or {}
+            assert env.get(mps.PIPE_ENV) == str(pipe) and "CUDA_VISIBLE_DEVICES" not in env, stub
+        gpu_stubs = {s.pid for s in stubs if s.model != "postprocess"}
+        assert gpu_stubs <= clients, (gpu_stubs, clients)  # every GPU instance is a client of the MPS server
+        assert classify(server.options.grpc_url, jpegs["chelsea"]) == (1, 5)
+        start = time.monotonic()
+        code = server.stop()
+        stop_s = time.monotonic() - start
+    bound = stop_bound()
+    print(f"stop under MPS with nothing in flight: {stop_s:.2f} s (bound {bound:.1f} s); {server.cleanup}")  # noqa: T201
+    assert code == 0 and stop_s <= bound, (code, stop_s)
+    assert server.cleanup is not None and server.cleanup.nothing_killed and server.cleanup.mps == "quit"
+    assert mps.mps_processes(work) == [] and not work.exists()
+
+
+def test_serve_on_the_gpu_logs_its_summary_and_stops_cleanly(gpu_server_kit, tmp_path):
+    """`tritonprep serve` with its defaults (MPS auto, budget auto, the GPU configs): the summary names the
+    GPU, MPS and the budget; SIGTERM with nothing in flight stops it within stop_bound() with exit code 0 and
+    nothing left to kill; the log has no warning or error line."""
+    log_file = tmp_path / "serve.log"
+    proc = subprocess.Popen(serve_command(log_file).argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    lines = []
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            line = proc.stderr.readline()  # type: ignore[union-attr]
+            lines.append(line)
+            if "try: " in line or (not line and proc.poll() is not None):
+                break
+        start = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=120)
+        stop_s = time.monotonic() - start
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = "".join(lines) + proc.stderr.read()  # type: ignore[union-attr]
+    found = [line for line in (log_file.read_text() + text).splitlines() if PROBLEM.search(line)]
+    bound = stop_bound()
+    sys.stdout.write(f"{text}\nstop with nothing in flight: {stop_s:.2f} s (bound {bound:.1f} s)\n")
+    sys.stdout.write(f"problem lines: {found}\n")
+    assert re.search(r"GPU 0: .+, \d+ MiB \(\d+ MiB in use\)", text), text
+    assert "CUDA MPS: on (" in text and re.search(r"GPU memory budget \d+ MiB per GPU: \d+ MiB planned", text)
+    assert re.search(r"^\s+preprocess\s+GPU\s+4\s", text, re.M), text
+    assert code == 0 and stop_s <= bound, (code, stop_s)
+    assert re.search(r"tritonserver stopped \(exit code 0\) after [\d.]+ s; nothing left to kill", text), text
+    assert found == []
+
+
+def test_a_budget_lowers_the_gpu_configs_counts_and_refuses_what_cannot_fit(gpu_server_kit, tmp_path, jpegs):
+    # one instance of each GPU model at its largest bucket (as the shipped GPU configs declare), 300 MiB to spare
+    demands = [d for d in map(demand_of, read_models(MODEL_REPOSITORY, "gpu")) if d is not None]
+    one_each = TRITON_MB + 512 + sum(d.per_instance(d.steps()[0]) for d in demands)
+    budget = f"{one_each + 300}M"
+    with running_server(tmp_path / "tritonserver.log", gpu_memory_budget=budget) as (server, _):
+        assert server.plan is not None
+        counts = {c.model: c.count for c in server.plan.choices}
+        assert counts == dict.fromkeys(["classifier", "classify_fused", "embedder", "preprocess"], 1), counts
+        for model in counts:
+            config = server.model_config(model)
+            assert config is not None and config["instance_group"][0]["count"] == 1, (model, config)
+        assert classify(server.options.grpc_url, jpegs["chelsea"]) == (1, 5)
+        used = subprocess.run(
+            ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        print(f"GPU 0: {used} MiB in use under a budget of {budget} ({server.plan.describe()})")  # noqa: T201
+    server = EmbeddedServer(local_options(gpu_memory_budget="4000M"), tmp_path / "refused.log")
+    with pytest.raises(ServerError, match="cannot hold one instance of each GPU model"):
+        server.start()
+    assert server.watchdog is None and not (tmp_path / "refused.log").exists()
+
+
+def test_mps_that_cannot_start_serves_without_it_or_fails_when_asked_for(gpu_server_kit, tmp_path):
+    empty = tmp_path / "no-mps-here"
+    empty.mkdir()
+    env = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{empty}"}  # no nvidia-cuda-mps-control on it
+    with running_server(tmp_path / "auto.log", env=env, mps="auto") as (server, _):
+        assert server.mps is not None and not server.mps.enabled
+        assert "nvidia-cuda-mps-control is not installed" in server.mps.detail
+    server = EmbeddedServer(local_options(env=tuple(env.items()), mps="on"), tmp_path / "on.log")
+    with pytest.raises(ServerError, match=r"--mps on: MPS cannot start: nvidia-cuda-mps-control is not installed"):
+        server.start()
+    assert server.watchdog is None
