@@ -488,6 +488,19 @@ def test_classify_fused_in_the_ngc_image_runs_the_onnx_where_the_image_puts_it()
     assert ["model_repository/classifier", "/opt/tritonprep/classifier"] in copies
 
 
+def test_the_containers_postprocess_step_has_four_instances_and_is_otherwise_the_embedded_one():
+    """The container's ensembles end with postprocess (its classifier answers logits only): its config
+    (tensorrt.pbtxt and onnxruntime.pbtxt link to it) is the embedded config.pbtxt with 4 instances."""
+    configs = REPO / "postprocess" / "configs"
+    for name in ("tensorrt.pbtxt", "onnxruntime.pbtxt"):
+        assert (configs / name).is_symlink() and (configs / name).resolve() == configs / "container.pbtxt"
+    container, embedded = load_config(configs / "container.pbtxt"), load_config(REPO / "postprocess" / "config.pbtxt")
+    assert [g.count for g in container.instance_group] == [4]
+    assert [g.count for g in embedded.instance_group] == [1]
+    del container.instance_group[:], embedded.instance_group[:]
+    assert container == embedded
+
+
 def test_the_ngc_image_has_onnx_runtimes_gpu_build_at_the_extras_pin():
     """embedder and classify_fused run their network in a Python-backend instance: the NGC image installs
     onnxruntime-gpu at the pin of the gpu-cu<N> extra (the Dockerfile reads it from pyproject.toml)."""

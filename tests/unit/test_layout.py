@@ -29,7 +29,7 @@ ALLOWED = {
     "kernels": {"cuda"},  # plain values only: no specs, decoders or Triton
     "executors": {"errors", "cuda", "spec", "geometry", "decode", "kernels", "memory", "cache"},
     "classifier": {"errors", "cuda", "parameters", "memory", "cache"},
-    "triton": {"errors", "cuda", "image_errors", "reports", "spec", "geometry", "executors"},
+    "triton": {"errors", "cuda", "image_errors", "reports", "memory", "spec", "geometry", "executors"},
     "launcher": {"errors", "reports", "memory"},  # memory: the syntax of gpu_memory_mb, which the budget plans with
     # the one wiring of the request/response layer to the networks (classify_fused)
     "pipeline": {"errors", "image_errors", "spec", "executors", "classifier", "triton", "memory"},

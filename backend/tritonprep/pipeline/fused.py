@@ -41,6 +41,7 @@ from ..classifier.runtimes import RuntimeOptions, load_runtime
 from ..errors import ConfigError
 from ..memory import CUDA_CONTEXT_MB, PARAMETER, instance_budget_mb
 from ..spec import PreprocessConfig
+from ..triton.health import report_loaded
 from ..triton.isolation import RequestIsolation, row_batched
 from ..triton.pb import model_config, output_dims, parameters
 from ..triton.preprocess import Preprocessed, PreprocessStage, RequestImages
@@ -121,6 +122,13 @@ class FusedClassifyModel:
         )
         log.info("classify_fused instance %s: network %s on %s, top %d", args["model_instance_name"], network.name,
                  self.runtime.name, self.top_k.k)  # fmt: skip
+        report_loaded(
+            args,
+            runtime=f"{self.prep.executor.name} executor + {self.runtime.name}",
+            buckets=options.batch_buckets if self.runtime.on_gpu else (),
+            gpu_memory_mb=str(budget) if budget is not None else None,
+            timings=self.timings,
+        )
 
     def execute(self, requests: Sequence[Any]) -> list[Any]:
         """One response per request, whatever happens."""

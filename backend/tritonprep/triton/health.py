@@ -1,4 +1,5 @@
-"""An instance's health: taking it out of service after an unrecoverable error, and trimming its heap."""
+"""An instance's health: what it loaded (its report to the launcher), taking it out of service after an
+unrecoverable error, and trimming its heap."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import reports
+from ..memory import instance_budget_mb
 
 log = logging.getLogger(__name__)
 
@@ -18,6 +21,32 @@ _failure: str | None = None
 _failure_lock = threading.Lock()
 #: exit status of a stub taken out of service by fail_instance (EX_SOFTWARE)
 FAILED_INSTANCE_EXIT_CODE = 70
+
+
+def report_loaded(
+    args: Mapping[str, str],
+    *,
+    runtime: str,
+    buckets: Sequence[int] = (),
+    gpu_memory_mb: str | None = None,
+    timings: Mapping[str, float] | None = None,
+) -> None:
+    """Tell the launcher what this instance loaded, at the end of ``initialize`` (:func:`tritonprep.reports.
+    write_instance`: the start-up summary's row; a no-op where no launcher asked for reports).
+
+    ``gpu_memory_mb`` is the config's parameter as written (one number, or MiB by largest bucket).
+    """
+    kind = args["model_instance_kind"]
+    reports.write_instance(
+        args["model_name"],
+        args["model_instance_name"],
+        kind,
+        device=int(args["model_instance_device_id"]) if kind == "GPU" else None,
+        runtime=runtime,
+        buckets=buckets,
+        gpu_memory_mb=instance_budget_mb(gpu_memory_mb, buckets) if gpu_memory_mb else None,
+        timings=timings,
+    )
 
 
 def fail_instance(

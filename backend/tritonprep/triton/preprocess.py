@@ -27,7 +27,7 @@ from ..errors import LimitExceeded, RequestError
 from ..executors import ImageInfo, create_executor
 from ..spec import PreprocessConfig
 from . import faults
-from .health import HeapTrimmer
+from .health import HeapTrimmer, report_loaded
 from .isolation import RequestIsolation
 from .metrics import PreprocessMetrics
 from .pb import model_config
@@ -177,6 +177,13 @@ class PreprocessModel:
             self.stage.tensors,
             on_rejections=self.stage.metrics.record_rejections,
             timer=self.stage.timer,
+        )
+        executor = self.stage.executor
+        report_loaded(
+            args,
+            runtime=f"{executor.name} executor",
+            gpu_memory_mb=self.stage.config.gpu_memory_mb or None,
+            timings=getattr(executor, "timings", None),
         )
 
     def execute(self, requests: Sequence[Any]) -> list[Any]:

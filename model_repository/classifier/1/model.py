@@ -20,6 +20,7 @@ from tritonprep.classifier.postprocess import OUTPUTS as TOP_K_OUTPUTS
 from tritonprep.classifier.postprocess import TopK
 from tritonprep.classifier.runtimes import RuntimeOptions, load_runtime
 from tritonprep.errors import PreprocessError
+from tritonprep.triton.health import report_loaded
 from tritonprep.triton.isolation import RequestIsolation
 from tritonprep.triton.pb import model_config, output_dims, parameters, teardown_logging
 from tritonprep.triton.tensors import input_array, named_tensors, placement, requested_outputs, to_numpy
@@ -48,10 +49,11 @@ class TritonPythonModel:
         try:
             # the top-k outputs where the config declares them (k from their dims)
             self.top_k = TopK.from_output_dims(dims) if any(name in dims for name in TOP_K_OUTPUTS) else None
+            options = RuntimeOptions.from_parameters(parameters(config), max_batch)
             self.runtime = load_runtime(
                 Path(args["model_repository"]) / args["model_version"] / "model.onnx",
                 tuple(int(d) for d in config["input"][0]["dims"]),
-                options=RuntimeOptions.from_parameters(parameters(config), max_batch),
+                options=options,
                 device_id=int(args["model_instance_device_id"]),
                 use_gpu=args["model_instance_kind"] == "GPU",
                 max_batch=max_batch,
@@ -64,6 +66,13 @@ class TritonPythonModel:
             args["model_instance_name"],
             self.runtime.name,
             ", ".join(self.offered),
+        )
+        report_loaded(
+            args,
+            runtime=self.runtime.name,
+            buckets=options.batch_buckets if self.runtime.on_gpu else (),
+            gpu_memory_mb=options.gpu_memory_mb or None,
+            timings=self.runtime.timings,
         )
         self.placement_logged = False
         self.requests = RequestIsolation(args["model_name"], self.read, [self.run], self.respond)
