@@ -19,6 +19,10 @@ An error is recognised as sticky (:func:`sticky_error`) from what each library r
 A library that reports failure without saying why (TensorRT's ``execute_async_v3`` returns False,
 nvImageCodec raises a plain ``RuntimeError``) is judged by the guard's ``probe``, typically a
 synchronize of the instance's stream, which raises CuPy's error if the context is poisoned.
+
+Once the guard has raised, :func:`context_poisoned` says so for the rest of the process: the
+instances' ``close`` then releases nothing on the GPU (a destructor that waits on a poisoned context's
+stream or decoder threads can hang forever; the process is about to end and the driver frees it all).
 """
 
 from __future__ import annotations
@@ -65,6 +69,15 @@ def import_cupy() -> Any:
     return cupy
 
 
+#: the GPUs on which this process's CUDA context holds a sticky error (set by :func:`raise_if_sticky`)
+_POISONED: set[int] = set()
+
+
+def context_poisoned(device: int | None = None) -> bool:
+    """Whether a sticky CUDA error was seen on ``device`` (any GPU where None) in this process."""
+    return bool(_POISONED) if device is None else device in _POISONED
+
+
 def sticky_status(status: int) -> str | None:
     """The runtime API name of CUDA status ``status`` if it is sticky (``700`` -> ``cudaErrorIllegalAddress``)."""
     names = STICKY_CUDA_ERRORS.get(status)
@@ -95,6 +108,7 @@ def raise_if_sticky(error: BaseException, *, device: int, what: str, probe: Call
         except Exception as e:  # noqa: BLE001 - only classified: a probe that fails otherwise says nothing
             name, cause = sticky_error(e), e
     if name is not None:
+        _POISONED.add(device)
         detail = f"{cause}" if cause is error else f"{cause} (after {type(error).__name__}: {error})"
         raise InstanceFailed(
             f"CUDA error {name} on GPU {device} in {what}: {detail}; this process's CUDA context is unusable "

@@ -9,6 +9,7 @@ either. ``tests/gpu/test_gpu_faults.py`` does the same for the preprocess model 
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import subprocess
 import sys
 
@@ -68,12 +69,26 @@ sys.exit(1)
 """
 
 
-def poison_and_call(target: str) -> str:
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, target, str(ONNX)], capture_output=True, text=True, timeout=1200
+def poison_and_call(target: str, timeout_s: float = 240) -> str:
+    """Run the script for ``target``; it must print INSTANCE-FAILED and then exit by itself (a poisoned process
+    whose teardown waits on the GPU hangs: then its stacks, where py-spy is installed, are in the failure)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SCRIPT, target, str(ONNX)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    assert proc.returncode == 0, f"{target}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr[-4000:]}"
-    return proc.stdout
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        spy = shutil.which("py-spy")
+        stacks = (
+            subprocess.run([spy, "dump", "--native", "--pid", str(proc.pid)], capture_output=True, text=True).stdout
+            if spy
+            else "(py-spy is not installed)"
+        )
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"{target}: still running after {timeout_s:.0f} s\n{out}\n{err[-2000:]}\n{stacks[-6000:]}")
+    assert proc.returncode == 0, f"{target}: exit {proc.returncode}\n{out}\n{err[-4000:]}"
+    return out
 
 
 @pytest.fixture

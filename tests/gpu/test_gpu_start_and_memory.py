@@ -41,14 +41,16 @@ def _runtime(onnx, **kw):
 
 
 def test_sessions_carry_the_ep_options_the_caps_and_no_lookup_warning(ort_gpu, cp, batch, capfd, tmp_path, monkeypatch):
-    """The registered CUDA EP (ORT 1.26+'s way, no 'No registered plugin EP device found' line) gets every
-    provider option: the cuDNN ones, the stream, CUDA graphs, NHWC and each bucket's arena cap."""
+    """The built-in CUDA EP gets every provider option (the cuDNN ones, the stream, CUDA graphs, NHWC and each
+    bucket's arena cap), honours the stream (every bucket captured as a CUDA graph: a registered plugin EP
+    ignored it and every capture failed), and no 'No registered plugin EP device found' line is logged."""
     from tritonprep.classifier.ort_options import CudaEpOptions
 
     monkeypatch.setenv("TRITONPREP_CACHE_DIR", str(tmp_path))
     rt = _runtime(ONNX, buckets=(1, 8), ep_options=CudaEpOptions(), gpu_memory_mb=1400)
     try:
         assert rt.session_caps_mb[0] < rt.session_caps_mb[1] and all(rt.session_caps_mb)
+        assert rt.cuda_graphs and "+graphs" in rt.name, rt.name
         for bucket, cap in zip(rt._buckets, rt.session_caps_mb):
             options = bucket.session.get_provider_options()["CUDAExecutionProvider"]
             assert options["cudnn_conv_algo_search"] == "HEURISTIC"

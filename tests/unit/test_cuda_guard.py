@@ -99,6 +99,18 @@ def test_the_guard_turns_a_sticky_error_into_instance_failed_naming_it():
     assert ILLEGAL in message and "restarted" in message
 
 
+def test_a_sticky_error_marks_its_gpu_poisoned_for_the_rest_of_the_process(monkeypatch):
+    from tritonprep import cuda
+
+    monkeypatch.setattr(cuda, "_POISONED", set())
+    with pytest.raises(ValueError), cuda_fault_guard(3, "x"):  # other errors do not
+        raise ValueError("not a CUDA problem")
+    assert not cuda.context_poisoned()
+    with pytest.raises(InstanceFailed), cuda_fault_guard(3, "the GPU executor"):
+        raise CUDARuntimeError(700, "cudaErrorIllegalAddress", ILLEGAL)
+    assert cuda.context_poisoned(3) and cuda.context_poisoned() and not cuda.context_poisoned(0)
+
+
 def test_the_guard_asks_the_probe_when_the_error_does_not_say():
     """TensorRT's failed execute or nvImageCodec's plain RuntimeError: the stream's synchronize tells."""
 

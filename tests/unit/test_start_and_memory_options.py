@@ -144,69 +144,21 @@ def test_cupy_kernels_are_cached_in_the_cache_folder_unless_cupy_is_told_otherwi
     assert cache.use_for_cupy() == tmp_path / "mine"
 
 
-class _Device:
-    def __init__(self, name: str) -> None:
-        self.ep_name = name
-
-
-def _fake_ort(tmp_path, *, library: bool = True, fails: str = ""):
-    """An object with the ONNX Runtime 1.23+ calls register_cuda_ep uses, over a folder laid out like the wheel."""
+def test_sessions_are_created_with_onnx_runtimes_default_log_at_error_and_it_is_restored_after():
     import types
 
-    capi = tmp_path / "onnxruntime" / "capi"
-    capi.mkdir(parents=True)
-    if library:
-        (capi / "libonnxruntime_providers_cuda.so").write_bytes(b"")
-    devices = [_Device("CPUExecutionProvider")]
-    calls = []
+    from tritonprep.classifier.ort_options import ORT_ERROR, ORT_WARNING, quiet_provider_lookup
 
-    def register(name, path):
-        calls.append((name, path))
-        if fails:
-            raise RuntimeError(fails)
-        devices.append(_Device(name))
-
-    ort = types.SimpleNamespace(
-        __file__=str(tmp_path / "onnxruntime" / "__init__.py"),
-        register_execution_provider_library=register,
-        get_ep_devices=lambda: list(devices),
-        unregister_execution_provider_library=lambda name: devices.pop(),
-    )
-    return ort, calls
-
-
-@pytest.fixture
-def fresh_registration(monkeypatch):
-    from tritonprep.classifier import ort_options
-
-    monkeypatch.setattr(ort_options, "_registration", {})
-    monkeypatch.delenv(ort_options.REGISTER_ENV, raising=False)
-    return ort_options
-
-
-def test_the_wheels_cuda_provider_library_is_registered_once_per_process(tmp_path, fresh_registration):
-    ort, calls = _fake_ort(tmp_path)
-    assert fresh_registration.register_cuda_ep(ort) is True
-    assert fresh_registration.register_cuda_ep(ort) is True  # once: the second call only answers
-    assert calls == [("CUDAExecutionProvider", str(tmp_path / "onnxruntime/capi/libonnxruntime_providers_cuda.so"))]
-    fresh_registration.unregister_cuda_ep(ort)
-    assert fresh_registration.register_cuda_ep(ort) is False  # after a mismatch: the built-in lookup from then on
-
-
-@pytest.mark.parametrize(
-    ("kw", "env", "registered"),
-    [
-        ({"library": False}, None, False),  # no provider library in this build: nothing to register
-        ({"fails": "already registered"}, None, False),  # registered by someone else, but no device found
-        ({"fails": "cannot load libcudnn"}, None, False),  # a failure is only logged
-        ({}, "0", False),  # the old way on request
-    ],
-)
-def test_registration_is_only_an_improvement(tmp_path, fresh_registration, monkeypatch, kw, env, registered):
-    ort, _ = _fake_ort(tmp_path, **kw)
-    if env is not None:
-        monkeypatch.setenv(fresh_registration.REGISTER_ENV, env)
-    assert fresh_registration.register_cuda_ep(ort) is registered
+    seen = []
+    ort = types.SimpleNamespace(set_default_logger_severity=seen.append)
+    with quiet_provider_lookup(ort):
+        assert seen == [ORT_ERROR]
+    assert seen == [ORT_ERROR, ORT_WARNING]
+    with pytest.raises(RuntimeError), quiet_provider_lookup(ort):  # restored when the session fails too
+        raise RuntimeError("CUDA failure")
+    assert seen[-1] == ORT_WARNING
+    with quiet_provider_lookup(types.SimpleNamespace()):  # an ONNX Runtime without the call: nothing to do
+        pass
 
 
 def test_the_gpu_decoders_formats_and_the_budget_are_model_wide_preprocess_parameters():

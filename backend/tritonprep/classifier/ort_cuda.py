@@ -19,7 +19,7 @@ All work is ordered on one CUDA stream of the instance (``user_compute_stream``)
 use too; ORT synchronizes it at the end of each run.
 
 How sessions are made (the CUDA EP options behind memory and start time, arena caps from the instance's
-``gpu_memory_mb``, the registered CUDA EP, the optimized models kept between starts) is :mod:`.ort_options`.
+``gpu_memory_mb``, the built-in CUDA EP's lookup, the optimized models kept between starts) is :mod:`.ort_options`.
 :attr:`OrtCudaRuntime.timings` holds the seconds of each start-up phase (for the instance report), and
 :meth:`OrtCudaRuntime.close` releases everything on the GPU in an order that cannot fail at exit.
 """
@@ -41,7 +41,7 @@ import numpy as np
 from ..cache import use_for_cupy
 from ..cuda import cuda_fault_guard, import_cupy
 from ..errors import ConfigError, RuntimeUnavailable
-from .ort_options import CudaEpOptions, OptimizedModels, register_cuda_ep, session_caps_mb, unregister_cuda_ep
+from .ort_options import CudaEpOptions, OptimizedModels, quiet_provider_lookup, session_caps_mb
 
 log = logging.getLogger(__name__)
 
@@ -124,10 +124,6 @@ def copy_rows(cp: Any, dst: Any, src: Any, stream: Any) -> bool:
     return True
 
 
-class _RegisteredEpMismatch(Exception):
-    """The registered CUDA EP library put a session on another GPU than asked (see :meth:`OrtCudaRuntime._checked`)."""
-
-
 def _numel(dims: Sequence[int]) -> int:
     n = 1
     for d in dims:
@@ -175,7 +171,6 @@ class OrtCudaRuntime:
         if not buckets or sorted(set(buckets)) != list(buckets) or buckets[0] < 1:
             raise ConfigError(f"batch_buckets must be increasing positive sizes, got {list(buckets)}")
         self._preload_report = preload(ort)
-        self._registered = register_cuda_ep(ort)
         if cache:
             use_for_cupy()  # CuPy's kernels (copies, casts, the top-k) compiled once, kept for later starts
         self.timings["imports"] = time.perf_counter() - t0
@@ -275,21 +270,6 @@ class OrtCudaRuntime:
                 self._models.keep(save, size)  # type: ignore[union-attr]
         return session
 
-    def _checked(self, ort: Any, session: Any) -> Any:
-        """``session``, if its CUDA EP runs on this instance's GPU; the registered CUDA EP library can number the
-        GPUs differently (where CUDA_VISIBLE_DEVICES hides some): then it is unregistered and the session rebuilt."""
-        if not self._registered:
-            return session
-        got = session.get_provider_options().get("CUDAExecutionProvider", {}).get("device_id")
-        if got is None or str(got) == str(self.device.id):
-            return session
-        log.warning(
-            "ONNX Runtime's registered CUDA EP put a session on GPU %s instead of %d; using its built-in lookup",
-            got,
-            self.device.id,
-        )
-        raise _RegisteredEpMismatch()
-
     def _create(
         self, ort: Any, model: Path, dim_name: str, size: int, provider: dict[str, str], save: Path | None
     ) -> Any:
@@ -310,17 +290,10 @@ class OrtCudaRuntime:
                 options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
             try:
                 cpu = [] if self.strict else ["CPUExecutionProvider"]  # listing it conflicts with disabling it
-                session = ort.InferenceSession(
-                    str(model), options, providers=[("CUDAExecutionProvider", provider), *cpu]
-                )
-                try:
-                    return self._checked(ort, session)
-                except _RegisteredEpMismatch:
-                    del session
-                    gc.collect()
-                    unregister_cuda_ep(ort)
-                    self._registered = False
-                    continue
+                with quiet_provider_lookup(ort):
+                    return ort.InferenceSession(
+                        str(model), options, providers=[("CUDAExecutionProvider", provider), *cpu]
+                    )
             except Exception as e:  # noqa: BLE001 - ORT raises its own Fail/RuntimeException types
                 text = str(e).strip()
                 errors.append(f"{type(e).__name__}: {text.splitlines()[0] if text else ''}")

@@ -14,14 +14,15 @@ ONNX Runtime 1.26+ expects the CUDA EP to be found, and the optimized models kep
   instance's ``gpu_memory_mb`` over its buckets).
 
 **The CUDA EP as ONNX Runtime 1.26+ finds it.** Creating a session with ``("CUDAExecutionProvider",
-{"device_id": ...})`` first looks for a registered *plugin EP device* of that name and device, and
-without one logs ``No registered plugin EP device found for 'CUDAExecutionProvider' with device_id=N``
-before it falls back to the built-in provider: once per session. Only the CPU EP is registered by
-default, and the 1.31 wheel's auto-registration is for builds of the CUDA EP as a plugin (its build
-info says ``cuda-plugin-ep=1``), which the released wheel is not. :func:`register_cuda_ep` registers
-the wheel's own CUDA provider library (``libonnxruntime_providers_cuda.so``, which exports the EP
-factory) once per process, so the lookup finds the device and the session is made through it, with
-the same options; ``TRITONPREP_ORT_REGISTER_CUDA_EP=0`` keeps the old way.
+{"device_id": ...})`` first looks for a registered *plugin EP device* of that name, and without one logs
+``No registered plugin EP device found for 'CUDAExecutionProvider' with device_id=N`` through ONNX
+Runtime's default logger before it uses the built-in provider: once per session, on every healthy start.
+Registering the wheel's provider library as a plugin EP silences it, but sessions made through it
+ignore ``user_compute_stream`` (measured on the H100 with ONNX Runtime 1.31.1: every CUDA-graph capture
+then fails with CUDA error 900), so the built-in provider stays. :func:`quiet_provider_lookup` raises the
+default logger's severity to ERROR while a session is created and restores it after: that warning is
+the only one this step logs for a session whose nodes all run on the GPU (CPU fallback is disabled, so
+a node the GPU cannot take is an error, not a warning), and ONNX Runtime's errors still show.
 
 **Optimized models** (:class:`OptimizedModels`): the first start saves each bucket session's optimized
 graph (``SessionOptions.optimized_model_filepath``) in the start-up cache (:mod:`tritonprep.cache`);
@@ -31,9 +32,10 @@ and none is kept for that key again (a ``.refused`` marker): that bucket is opti
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,8 +54,6 @@ _ARENA_NAMES = {"same_as_requested": "kSameAsRequested", "next_power_of_two": "k
 SESSION_OVERHEAD_MB = 48
 #: the least arena a bucket session gets, MiB (the FP16 weights and a batch of one)
 MIN_SESSION_MB = 64
-REGISTER_ENV = "TRITONPREP_ORT_REGISTER_CUDA_EP"
-CUDA_EP = "CUDAExecutionProvider"
 
 
 @dataclass(frozen=True)
@@ -114,44 +114,24 @@ def session_caps_mb(
     return caps
 
 
-# ------------------------------------------------------------------ the CUDA EP as a registered EP library
-_registration: dict[str, bool] = {}
+# ------------------------------------------------------------------ the built-in CUDA EP's lookup warning
+#: ONNX Runtime's default logger severities: 2 (WARNING) is its default, 3 (ERROR)
+ORT_WARNING, ORT_ERROR = 2, 3
 
 
-def register_cuda_ep(ort: Any) -> bool:
-    """Register the wheel's CUDA provider library as the EP library ``CUDAExecutionProvider`` (once per
-    process); True when sessions will find a registered CUDA EP device (no lookup warning)."""
-    if "done" in _registration:
-        return _registration["done"]
-    _registration["done"] = False
-    if os.environ.get(REGISTER_ENV, "1").strip() == "0":
-        return False
-    register = getattr(ort, "register_execution_provider_library", None)
-    devices = getattr(ort, "get_ep_devices", None)
-    if register is None or devices is None:  # ONNX Runtime < 1.23: no EP libraries, and no warning either
-        return False
-    if not any(d.ep_name == CUDA_EP for d in devices()):
-        library = Path(ort.__file__).parent / "capi" / "libonnxruntime_providers_cuda.so"
-        if not library.is_file():
-            return False
-        try:
-            register(CUDA_EP, str(library))
-        except Exception as e:  # noqa: BLE001 - ORT raises its own types; registering is only an improvement
-            if "already registered" not in str(e).lower():
-                log.info("ONNX Runtime's CUDA EP library not registered (%s); sessions log a lookup warning", e)
-                return False
-    _registration["done"] = any(d.ep_name == CUDA_EP for d in devices())
-    return _registration["done"]
-
-
-def unregister_cuda_ep(ort: Any) -> None:
-    """Undo :func:`register_cuda_ep` (after its sessions are released): the built-in lookup from then on."""
-    if _registration.get("done"):
-        try:
-            ort.unregister_execution_provider_library(CUDA_EP)
-        except Exception as e:  # noqa: BLE001 - ORT raises its own types
-            log.info("could not unregister ONNX Runtime's CUDA EP library: %s", e)
-    _registration["done"] = False
+@contextlib.contextmanager
+def quiet_provider_lookup(ort: Any) -> Iterator[None]:
+    """Create sessions inside this block: ONNX Runtime's default logger shows errors only while it runs
+    (the plugin-EP lookup's warning, see the module's description), then warnings again."""
+    setter = getattr(ort, "set_default_logger_severity", None)
+    if setter is None:
+        yield
+        return
+    setter(ORT_ERROR)
+    try:
+        yield
+    finally:
+        setter(ORT_WARNING)
 
 
 # ------------------------------------------------------------------ optimized models between starts

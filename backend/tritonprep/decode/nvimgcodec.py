@@ -58,6 +58,7 @@ before nvImageCodec is first imported, and the executor logs decode failures cou
 from __future__ import annotations
 
 import atexit
+import ctypes
 import gc
 import logging
 import os
@@ -69,7 +70,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
-from ..cuda import GPU_EXTRA_HINT, import_cupy
+from ..cuda import GPU_EXTRA_HINT, context_poisoned, import_cupy
 from ..errors import RuntimeUnavailable
 from ..spec import DecoderOptions
 
@@ -287,6 +288,10 @@ class GpuDecoder:
         self._closed = True
         with _OPEN_LOCK:
             _OPEN.discard(self)
+        if context_poisoned(self.device_id):  # nothing may wait on the GPU now: kept until the process ends
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(self))  # never destroyed, not even at interpreter exit
+            log.info("GPU decoders on device %d not released: this process's CUDA context is poisoned", self.device_id)
+            return
         if self._pool is not None:
             self._pool.shutdown(wait=True)
         stages = self._stages()

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from .. import cache
-from ..cuda import cuda_fault_guard, import_cupy
+from ..cuda import context_poisoned, cuda_fault_guard, import_cupy
 from ..decode import ImageHeader, validate
 from ..decode.failures import FailureLog
 from ..decode.nvimgcodec import DecodedImage, GpuDecoder
@@ -404,6 +404,11 @@ class GpuExecutor:
         if getattr(self, "_closed", True):
             return
         self._closed = True
+        if context_poisoned(self.device.id):  # nothing may wait on the GPU now (see tritonprep.cuda)
+            if self.decoder is not None:
+                self.decoder.close()
+            log.info("GPU executor on device %d: not released, its CUDA context is poisoned", self.device.id)
+            return
         t0 = time.perf_counter()
         cuda_errors = (self.cp.cuda.runtime.CUDARuntimeError, self.cp.cuda.driver.CUDADriverError)
         try:
