@@ -1,6 +1,8 @@
 """The embedder: EfficientNet-Lite0's pooled features as unit vectors, FP32 or FP16.
 
-The exported graph (``scripts/export_embedder.py``) already ends in L2 normalisation; the
+The exported graph (``scripts/export_embedder.py``) already ends in L2 normalisation, but its FP16
+variant normalises in half precision (lengths off by up to ~3e-4, measured on the H100), so
+:func:`as_embeddings` divides by the length once more in FP32: every vector leaves with unit length. The
 model config's ``embedding`` output decides the dtype the vectors leave in (``TYPE_FP32`` or
 ``TYPE_FP16``), so the config is the one place that says it. Cosine similarity of two
 embeddings is their dot product.
@@ -45,18 +47,23 @@ def onnx_file(model_dir: Path) -> Path:
 
 
 def as_embeddings(features: Any, dtype: np.dtype) -> Any:
-    """The network's unit vectors (numpy or CuPy, where they are) in the output dtype.
+    """The network's vectors (numpy or CuPy, where they are) at unit length in FP32, in the output dtype.
 
-    A cast on the GPU runs on the current stream, which is synchronized before the vectors leave (Triton
+    On the GPU the work runs on the current stream, which is synchronized before the vectors leave (Triton
     reads them right after ``execute``), under the sticky-CUDA-error guard of every GPU path.
     """
-    if features.dtype == dtype:
-        return features
     if isinstance(features, np.ndarray):
-        return features.astype(dtype)
+        return _unit(np, features).astype(dtype, copy=False)
+    cp = import_cupy()
     with features.device:
-        stream = import_cupy().cuda.get_current_stream()
+        stream = cp.cuda.get_current_stream()
         with cuda_fault_guard(features.device.id, "the embedder", probe=stream.synchronize):
-            out = features.astype(dtype)
+            out = _unit(cp, features).astype(dtype, copy=False)
             stream.synchronize()
     return out
+
+
+def _unit(xp: Any, features: Any) -> Any:
+    """``features`` (rows) divided by their length, in FP32 (an all-zero row stays zero)."""
+    v = features.astype(np.float32, copy=False)
+    return v / xp.maximum(xp.linalg.norm(v, axis=1, keepdims=True), np.float32(1e-12))
