@@ -26,10 +26,12 @@ REPO = Path(__file__).resolve().parents[2] / "model_repository"
 #: the shipped GPU configs' models as the budget sees them (configs/gpu.pbtxt; the embedder's config.pbtxt)
 SHIPPED = [
     Demand("classifier", 2, {64: 2200, 32: 1700, 8: 1200}, (1, 8, 32, 64)),
-    Demand("classify_fused", 4, {64: 2400, 32: 1900, 8: 1500}, (1, 8, 32, 64)),
+    Demand("classify_fused", 1, {64: 2400, 32: 1900, 8: 1500}, (1, 8, 32, 64)),
     Demand("embedder", 1, {64: 2400, 32: 1800, 8: 1300}, (1, 8, 32, 64)),
     Demand("preprocess", 4, {None: 900}),
 ]
+#: the same with four classify_fused instances (the counts of stage 3): more than a 12 GB budget holds
+WIDE = [d if d.model != "classify_fused" else Demand("classify_fused", 4, d.memory, d.buckets) for d in SHIPPED]
 FIXED = 1000 + 512
 
 
@@ -61,11 +63,11 @@ def test_the_configs_counts_where_they_fit():
     chosen = plan(SHIPPED, 77000, FIXED)  # an H100
     assert [(c.model, c.count, c.gpu_memory_mb) for c in chosen.choices] == [
         ("classifier", 2, 2200),
-        ("classify_fused", 4, 2400),
+        ("classify_fused", 1, 2400),
         ("embedder", 1, 2400),
         ("preprocess", 4, 900),
     ]
-    assert chosen.used_mb == FIXED + 4400 + 9600 + 2400 + 3600
+    assert chosen.used_mb == FIXED + 4400 + 2400 + 2400 + 3600
     assert not any(c.changed for c in chosen.choices)
     assert chosen.choice("classifier").buckets == (1, 8, 32, 64)  # type: ignore[union-attr]
     capped = plan([Demand("embedder", 1, {64: 2400}, (1, 2, 4, 8, 16, 32, 64, 128, 256))], 77000, FIXED)
@@ -74,7 +76,7 @@ def test_the_configs_counts_where_they_fit():
 
 def test_counts_go_down_fairly_largest_consumers_first():
     # 21512 MiB asked: classify_fused (9600) gives until it is no longer the largest, then the classifier, ...
-    chosen = plan(SHIPPED, 12000, FIXED)
+    chosen = plan(WIDE, 12000, FIXED)
     counts = {c.model: c.count for c in chosen.choices}
     assert counts == {"classifier": 1, "classify_fused": 1, "embedder": 1, "preprocess": 3}, chosen.describe()
     assert chosen.used_mb == FIXED + 2200 + 2400 + 2400 + 2700 <= 12000
@@ -84,13 +86,13 @@ def test_counts_go_down_fairly_largest_consumers_first():
 
 def test_then_the_largest_bucket_then_a_refusal_naming_the_models():
     one_each = FIXED + 2200 + 2400 + 2400 + 900
-    chosen = plan(SHIPPED, one_each - 100, FIXED)
+    chosen = plan(WIDE, one_each - 100, FIXED)
     assert [c.count for c in chosen.choices] == [1, 1, 1, 1]
     embedder = chosen.choice("embedder")  # the largest instances (a tie with classify_fused, by name)
     assert embedder is not None and embedder.buckets == (1, 8, 32) and embedder.gpu_memory_mb == 1800
     assert chosen.choice("classify_fused").buckets == (1, 8, 32, 64)  # type: ignore[union-attr]
     with pytest.raises(ServerError) as refused:
-        plan(SHIPPED, 6000, FIXED)  # even the smallest buckets need 6412 MiB
+        plan(WIDE, 6000, FIXED)  # even the smallest buckets need 6412 MiB
     message = str(refused.value)
     assert "budget of 6000 MiB per GPU cannot hold one instance of each GPU model" in message
     for part in ("tritonserver 1512 MiB", "preprocess 1x900 MiB", "classifier 1x1200 MiB", "embedder 1x1300 MiB"):

@@ -720,7 +720,7 @@ def test_with_cuda_pools_adds_one_pool_per_visible_gpu(tmp_path):
         (tmp_path / node).touch()
     r = run_with_cuda_pools(["echo", "tritonserver", "--x=1"], tmp_path)
     assert r.returncode == 0 and r.stdout.split() == ["tritonserver", "--x=1"] + [
-        f"--cuda-memory-pool-byte-size={i}:{512 << 20}" for i in range(3)
+        f"--cuda-memory-pool-byte-size={i}:{1024 << 20}" for i in range(3)
     ]
     r = run_with_cuda_pools(["echo"], tmp_path, CUDA_VISIBLE_DEVICES="2", TRITON_CUDA_POOL_MB="64")
     assert r.stdout.split() == [f"--cuda-memory-pool-byte-size=0:{64 << 20}"]

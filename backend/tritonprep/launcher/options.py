@@ -35,7 +35,7 @@ class ServerOptions:
     model_config_name: str | None = None
     log_verbose: int = 0
     #: per-GPU CUDA memory pool; Triton copies GPU outputs of Python models into it
-    cuda_memory_pool_mb: int = 512
+    cuda_memory_pool_mb: int = 1024
     #: the GPUs to serve on, by index among those this process sees; None: all of them (each GPU model gets
     #: its instance_group's count on every one)
     gpus: tuple[int, ...] | None = None
