@@ -31,7 +31,7 @@ ALLOWED = {
     "classifier": {"errors", "cuda", "parameters", "memory", "cache"},
     "triton": {"errors", "cuda", "image_errors", "reports", "memory", "spec", "geometry", "executors"},
     "launcher": {"errors", "reports", "memory"},  # memory: the syntax of gpu_memory_mb, which the budget plans with
-    # the one wiring of the request/response layer to the networks (classify_fused)
+    # the one wiring of the request/response layer to the networks (classify_fused, classifier, embedder)
     "pipeline": {"errors", "image_errors", "spec", "executors", "classifier", "triton", "memory"},
 }
 

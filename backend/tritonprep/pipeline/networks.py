@@ -1,0 +1,151 @@
+"""The ``classifier`` and ``embedder`` models: a network on the best runtime, behind the per-request contract.
+
+Both load ``model.onnx`` from their version folder (on a GPU its FP16 variant and batch buckets) on
+TensorRT, ONNX Runtime's CUDA EP or ONNX Runtime on the CPU (:mod:`tritonprep.classifier.runtimes`, which
+documents the config parameters), report what they loaded to the launcher, and answer every request on
+its own (:class:`~tritonprep.triton.isolation.RequestIsolation`).
+
+* :class:`ClassifierModel` answers what each request asks for: ``logits``, and the top-k predictions
+  ``SCORES``, ``CLASS_IDS`` and ``LABELS`` where its config declares them
+  (:class:`~tritonprep.classifier.postprocess.TopK`, computed where the logits are: on the GPU for a GPU
+  runtime), so that the embedded ``classify`` and ``analyze`` ensembles need no postprocess step.
+* :class:`EmbedderModel` returns the unit vectors in the dtype its config's ``embedding`` output declares
+  (:mod:`tritonprep.classifier.embedding`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..classifier.embedding import OUTPUT, as_embeddings, embedding_dtype, onnx_file
+from ..classifier.postprocess import OUTPUTS as TOP_K_OUTPUTS
+from ..classifier.postprocess import TopK
+from ..classifier.runtimes import Runtime, RuntimeOptions, load_runtime
+from ..triton.health import report_loaded
+from ..triton.isolation import RequestIsolation, row_batched
+from ..triton.pb import model_config, output_dims, parameters
+from ..triton.tensors import input_array, named_tensors, output_tensor, placement, requested_outputs, to_numpy
+
+log = logging.getLogger(__name__)
+
+LOGITS = "logits"
+
+
+def load_network(args: Mapping[str, str], config: Mapping[str, Any], onnx_path: Path) -> Runtime:
+    """The instance's network on the best runtime for its kind and device, reported to the launcher."""
+    max_batch = int(config["max_batch_size"])
+    options = RuntimeOptions.from_parameters(parameters(config), max_batch)
+    runtime = load_runtime(
+        onnx_path,
+        tuple(int(d) for d in config["input"][0]["dims"]),
+        options=options,
+        device_id=int(args["model_instance_device_id"]),
+        use_gpu=args["model_instance_kind"] == "GPU",
+        max_batch=max_batch,
+    )
+    report_loaded(
+        args,
+        runtime=runtime.name,
+        buckets=options.batch_buckets if runtime.on_gpu else (),
+        gpu_memory_mb=options.gpu_memory_mb or None,
+        timings=runtime.timings,
+    )
+    return runtime
+
+
+@dataclass(frozen=True)
+class NetworkInput:
+    """A request's images and the outputs it asked for."""
+
+    x: Any
+    wanted: frozenset[str]
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+
+class ClassifierModel:
+    """One instance of ``classifier``."""
+
+    def __init__(self, args: Mapping[str, str]) -> None:
+        config = model_config(args)
+        dims = output_dims(config)
+        # the top-k outputs where the config declares them (k from their dims)
+        self.top_k = TopK.from_output_dims(dims) if any(name in dims for name in TOP_K_OUTPUTS) else None
+        self.runtime = load_network(args, config, Path(args["model_repository"]) / args["model_version"] / "model.onnx")
+        self.offered = [name for name in dims if name == LOGITS or (self.top_k and name in TOP_K_OUTPUTS)]
+        log.info(
+            "classifier instance %s: runtime %s, outputs %s",
+            args["model_instance_name"],
+            self.runtime.name,
+            ", ".join(self.offered),
+        )
+        self._placement_logged = False
+        self.requests = RequestIsolation(args["model_name"], self.read, [self.run], named_tensors)
+
+    def execute(self, requests: Sequence[Any]) -> list[Any]:
+        """One response per request, whatever happens."""
+        return self.requests.execute(requests)
+
+    def read(self, request: Any) -> NetworkInput:
+        x = input_array(request, "input")
+        if not self._placement_logged:
+            log.info("classifier: first batch input on the %s, runtime %s", placement(x), self.runtime.name)
+            self._placement_logged = True
+        return NetworkInput(x, requested_outputs(request, self.offered))
+
+    def run(self, inputs: Sequence[NetworkInput]) -> list[dict[str, Any]]:
+        """The network over every request's images at once, then only the outputs some request asked for:
+        the top-k where the logits are (a few bytes an image leave the GPU), the logits copied to the host."""
+        logits = self.runtime.infer_many([i.x for i in inputs])
+        wanted = frozenset().union(*(i.wanted for i in inputs))
+        top = self.top_k(logits) if self.top_k is not None and wanted & set(TOP_K_OUTPUTS) else None
+        host = to_numpy(logits) if LOGITS in wanted else None
+        results, start = [], 0
+        for i in inputs:
+            stop = start + len(i)
+            outputs = {}
+            if top is not None and i.wanted & set(TOP_K_OUTPUTS):
+                rows = self.top_k.outputs(top[0][start:stop], top[1][start:stop])  # type: ignore[union-attr]
+                outputs.update((name, rows[name]) for name in TOP_K_OUTPUTS if name in i.wanted)
+            if host is not None and LOGITS in i.wanted:
+                outputs[LOGITS] = host[start:stop]
+            results.append(outputs)
+            start = stop
+        return results
+
+    def close(self) -> None:
+        """The sessions, their CUDA graphs and buffers, in order (not at interpreter exit)."""
+        self.runtime.close()
+
+
+class EmbedderModel:
+    """One instance of ``embedder``."""
+
+    def __init__(self, args: Mapping[str, str]) -> None:
+        config = model_config(args)
+        self.dtype = embedding_dtype(config)
+        self.runtime = load_network(args, config, onnx_file(Path(args["model_repository"]) / args["model_version"]))
+        log.info("embedder instance %s: runtime %s, %s", args["model_instance_name"], self.runtime.name, self.dtype)
+        self.requests = RequestIsolation(args["model_name"], self.read, [row_batched(self.run)], self.respond)
+
+    def execute(self, requests: Sequence[Any]) -> list[Any]:
+        """One response per request, whatever happens."""
+        return self.requests.execute(requests)
+
+    def read(self, request: Any) -> Any:
+        return input_array(request, "input")
+
+    def run(self, inputs: Sequence[Any]) -> tuple[Any]:
+        return (as_embeddings(self.runtime.infer_many(inputs), self.dtype),)
+
+    def respond(self, outputs: Sequence[Any]) -> list[Any]:
+        return [output_tensor(OUTPUT, outputs[0])]
+
+    def close(self) -> None:
+        """The sessions, their CUDA graphs and buffers, in order (not at interpreter exit)."""
+        self.runtime.close()
