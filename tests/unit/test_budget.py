@@ -5,6 +5,7 @@ tests/e2e/test_budget.py."""
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,7 @@ SHIPPED = [
     Demand("preprocess", 4, {None: 900}),
 ]
 #: the same with four classify_fused instances (the counts of stage 3): more than a 12 GB budget holds
-WIDE = [d if d.model != "classify_fused" else Demand("classify_fused", 4, d.memory, d.buckets) for d in SHIPPED]
+WIDE = [replace(d, count=4) if d.model == "classify_fused" else d for d in SHIPPED]
 FIXED = 1000 + 512
 
 
