@@ -6,7 +6,7 @@
     python -m scripts.bench.classifier_bench memory --out mem.json  # GPU memory and start time by option
         [--buckets "1,2,4,8,16,32,64,128,256;1,8,32,64"] [--conv-algo-search heuristic,exhaustive]
         [--max-workspace 0,1] [--arena same_as_requested,next_power_of_two] [--gpu-memory-mb 2200]
-        [--cache off|cold-warm] [--network classifier|embedder]
+        [--layout nhwc,nchw] [--graphs 1,0] [--cache off|cold-warm] [--network classifier|embedder]
 
 ``ort`` runs tritonprep's :class:`~tritonprep.classifier.ort_cuda.OrtCudaRuntime` in each configuration
 (FP32/FP16, NCHW/NHWC, with and without CUDA graphs) at batch 1, 8, 64 and 256 with the input
@@ -144,13 +144,16 @@ def _memory_row(
     warm = cache_dir != "off" and any(Path(cache_dir).rglob("*.onnx"))  # kept by a cold load before this one
     cp.cuda.Device(0).use()
     free0, _ = cp.cuda.runtime.memGetInfo()
+    ep = dict(ep)
+    layout, graphs = ep.pop("layout", "nhwc"), ep.pop("cuda_graphs", True)
     options = CudaEpOptions(**ep)
     t0 = time.perf_counter()
     rt = OrtCudaRuntime(
         model_file(NETWORKS[network], "fp16"),
         DIMS,
         buckets=buckets,
-        nhwc=True,
+        nhwc=layout == "nhwc",
+        cuda_graphs=graphs,
         ep_options=options,
         gpu_memory_mb=budget,
     )
@@ -160,8 +163,11 @@ def _memory_row(
     free1, _ = cp.cuda.runtime.memGetInfo()
     row = {
         "kind": f"{network}_memory",
-        "config": f"onnxruntime-gpu FP16 NHWC graphs, buckets {','.join(map(str, buckets))}, {options.describe()}",
+        "config": f"onnxruntime-gpu FP16 {layout.upper()}{' graphs' if graphs else ''}, buckets "
+        f"{','.join(map(str, buckets))}, {options.describe()}",
         "buckets": list(buckets),
+        "layout": layout,
+        "cuda_graphs": graphs,
         **{k: v for k, v in ep.items()},
         "gpu_memory_mb": budget,
         "arena_caps_mb": rt.session_caps_mb,
@@ -182,9 +188,18 @@ def option_grid(args: argparse.Namespace) -> list[tuple[tuple[int, ...], dict[st
     """Every combination of the bucket sets and ONNX Runtime options the command line names."""
     bucket_sets = [tuple(int(b) for b in part.split(",") if b.strip()) for part in args.buckets.split(";") if part]
     return [
-        (buckets, {"conv_algo_search": algo, "conv_max_workspace": ws, "arena_extend_strategy": arena})
-        for buckets, algo, ws, arena in itertools.product(
-            bucket_sets, args.conv_algo_search, args.max_workspace, args.arena
+        (
+            buckets,
+            {
+                "conv_algo_search": algo,
+                "conv_max_workspace": ws,
+                "arena_extend_strategy": arena,
+                "layout": layout,
+                "cuda_graphs": graphs,
+            },
+        )
+        for buckets, algo, ws, arena, layout, graphs in itertools.product(
+            bucket_sets, args.conv_algo_search, args.max_workspace, args.arena, args.layout, args.graphs
         )
     ]
 
@@ -308,6 +323,13 @@ def main(argv: list[str] | None = None) -> int:
         type=words,
         default=["same_as_requested"],
         help="arena_extend_strategy values, comma list of same_as_requested, next_power_of_two",
+    )
+    parser.add_argument("--layout", type=words, default=["nhwc"], help="memory: comma list of nhwc, nchw")
+    parser.add_argument(
+        "--graphs",
+        type=lambda t: [w == "1" or w == "true" for w in words(t)],
+        default=[True],
+        help="memory: CUDA graphs, comma list of 1 and 0 (default: 1)",
     )
     parser.add_argument("--gpu-memory-mb", type=int, help="memory: an instance budget spread over the arenas")
     parser.add_argument(

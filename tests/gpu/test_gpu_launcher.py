@@ -30,10 +30,9 @@ from tritonprep_testkit.servers import MODEL_REPOSITORY, local_options, running_
 
 #: a stop with nothing in flight takes at most this long, plus UNLOAD_S per instance beyond the first of the
 #: model with the most instances (Triton 2.51's Python backend finalizes a model's instances one after
-#: another, sleeping 1 s in each: python_backend src/python_be.cc, ~ModelInstanceState); a GPU instance's
-#: release and CUDA teardown make it 1.7-2.3 s on the H100: stops of 10.4-12.1 s with four instances of a
-#: model (reports/2026-11-25-h100-stage4; issue 25's 5 s is not met on the GPU)
-STOP_S, UNLOAD_S = 5.0, 2.5
+#: another, sleeping 1 s in each: python_backend src/python_be.cc, ~ModelInstanceState); each stub then
+#: waits for its GPU and ends itself (tritonprep.triton.pb.end_stub_process)
+STOP_S, UNLOAD_S = 5.0, 1.5
 
 
 def stop_bound(config_name: str | None = "gpu") -> float:

@@ -29,9 +29,9 @@ import pytest
 from tritonprep_testkit import corpus
 from tritonprep_testkit.photos import encode
 
-#: the longest one instance of a model may take to finalize and exit: its stub's own exit is ~1.1 s, and a GPU
-#: instance's release and CUDA teardown bring it to 1.7-2.3 s on the H100 (reports/2026-11-25-h100-stage4)
-UNLOAD_S_PER_INSTANCE = 2.5
+#: the longest one instance of a model may take to finalize and exit: the Python backend's 1 s, the instance's
+#: wait for its GPU work, the stub's own end (tritonprep.triton.pb.end_stub_process)
+UNLOAD_S_PER_INSTANCE = 1.5
 #: tritonserver's own exit timeout in the served options; a clean stop ends far inside it
 EXIT_TIMEOUT_S = 30
 _LINE = re.compile(r"^[IWE](\d{4}) (\d\d:\d\d:\d\d\.\d+) .*?\"successfully unloaded '([\w.-]+)' version")

@@ -167,3 +167,17 @@ def test_the_summary_rows_read_the_served_config_the_reports_and_the_gpu_memory(
     # without reports: the model's stub processes give the GPU memory, the runtime is unknown
     assert model_row("classifier", config, [], {10: 900}, [10])[3:] == ("-", "1,8,32", "900 MiB (budget 1200 MiB each)")
     assert model_row("postprocess", None, [], {}) == ("postprocess", "?", "?", "-", "-", "-")
+
+
+def test_every_model_loads_at_once(tmp_path):
+    """One loading thread per model (Triton's 4 made the fifth model wait), never fewer than Triton's 4."""
+    from tritonprep.launcher.command import load_threads
+
+    assert load_threads(tmp_path / "missing") == 4
+    for i in range(6):
+        (tmp_path / f"m{i}").mkdir()
+        (tmp_path / f"m{i}" / "config.pbtxt").write_text("")
+    (tmp_path / "not-a-model").mkdir()
+    assert load_threads(tmp_path) == 6
+    cmd = process.EmbeddedServer(ServerOptions()).command(Path("/backends"), repository=tmp_path)
+    assert cmd[cmd.index("--model-load-thread-count") + 1] == "6"

@@ -288,6 +288,10 @@ class OrtCudaRuntime:
             options.log_severity_level = 3
             if self.strict:  # fail instead of running on the CPU: a missing CUDA library or a node the GPU cannot take
                 options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+                # every node on the GPU: no CPU thread pool (by default a spinning thread per core and session,
+                # competing with the decoders' CPU work and the other instances' start)
+                options.intra_op_num_threads = 1
+                options.add_session_config_entry("session.intra_op.allow_spinning", "0")
             try:
                 cpu = [] if self.strict else ["CPUExecutionProvider"]  # listing it conflicts with disabling it
                 with quiet_provider_lookup(ort):

@@ -70,7 +70,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
-from ..cuda import GPU_EXTRA_HINT, context_poisoned, import_cupy
+from ..cuda import GPU_EXTRA_HINT, context_poisoned, import_cupy, process_ending
 from ..errors import RuntimeUnavailable
 from ..spec import DecoderOptions
 
@@ -303,6 +303,9 @@ class GpuDecoder:
                         stream.synchronize()
         except (cp.cuda.runtime.CUDARuntimeError, cp.cuda.driver.CUDADriverError) as e:
             log.info("closing the GPU decoders after a CUDA error (%s): releasing what can be released", e)
+        if process_ending():  # idle now; the process's end frees them (see tritonprep.cuda)
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(self))
+            return
         for stage in stages:  # the output images, while the streams they were decoded on live
             stage.free.clear()
             stage.lent.clear()

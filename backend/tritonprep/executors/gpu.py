@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from .. import cache
-from ..cuda import context_poisoned, cuda_fault_guard, import_cupy
+from ..cuda import context_poisoned, cuda_fault_guard, import_cupy, process_ending
 from ..decode import ImageHeader, validate
 from ..decode.failures import FailureLog
 from ..decode.nvimgcodec import DecodedImage, GpuDecoder
@@ -183,6 +183,7 @@ class GpuExecutor:
         result = self.run([buf.getvalue()])
         if result.errors:
             raise RuntimeUnavailable(f"GPU executor warm-up failed: {result.errors[0]}")
+        self.timings["warm_up_decode"] = result.timings["decode_s"]  # the decoders' first call, of warm_up
 
     def _staging(self, nbytes: int) -> np.ndarray:
         """A pinned host buffer of at least ``nbytes``.
@@ -421,12 +422,15 @@ class GpuExecutor:
                 self.decoder = None
             self._pool.shutdown(wait=True)
             self.failures.flush()
-            self._pinned = self._in_flight_staging = None
-            try:
-                self._release_pools()
-            except cuda_errors as e:
-                log.info("releasing the CuPy pools: %s", e)
-            log.info("GPU executor on device %d: released in %.2f s", self.device.id, time.perf_counter() - t0)
+            if process_ending():  # idle now; the process's end frees the rest (see tritonprep.cuda)
+                log.info("GPU executor on device %d: idle in %.2f s", self.device.id, time.perf_counter() - t0)
+            else:
+                self._pinned = self._in_flight_staging = None
+                try:
+                    self._release_pools()
+                except cuda_errors as e:
+                    log.info("releasing the CuPy pools: %s", e)
+                log.info("GPU executor on device %d: released in %.2f s", self.device.id, time.perf_counter() - t0)
             self.stream = None
 
     def __enter__(self) -> GpuExecutor:

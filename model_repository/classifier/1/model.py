@@ -12,7 +12,7 @@ import triton_python_backend_utils as pb_utils
 
 from tritonprep.errors import PreprocessError
 from tritonprep.pipeline.networks import ClassifierModel
-from tritonprep.triton.pb import teardown_logging
+from tritonprep.triton.pb import finalize_instance
 
 
 class TritonPythonModel:
@@ -26,7 +26,4 @@ class TritonPythonModel:
         return self.model.execute(requests)
 
     def finalize(self):
-        try:
-            self.model.close()
-        finally:
-            teardown_logging()
+        finalize_instance(self.model.close)

@@ -9,7 +9,7 @@ import triton_python_backend_utils as pb_utils
 from tritonprep.classifier.postprocess import TopK
 from tritonprep.errors import PreprocessError
 from tritonprep.triton.isolation import RequestIsolation, row_batched
-from tritonprep.triton.pb import model_config, output_dims
+from tritonprep.triton.pb import finalize_instance, model_config, output_dims
 from tritonprep.triton.tensors import concat, input_array, named_tensors, to_numpy
 
 
@@ -32,3 +32,6 @@ class TritonPythonModel:
 
     def respond(self, rows):
         return named_tensors(self.top_k.outputs(*rows))
+
+    def finalize(self):
+        finalize_instance()

@@ -7,7 +7,7 @@ rules live in the `tritonprep` library (tritonprep.triton.preprocess.PreprocessM
 import triton_python_backend_utils as pb_utils
 
 from tritonprep.errors import PreprocessError
-from tritonprep.triton.pb import teardown_logging
+from tritonprep.triton.pb import finalize_instance
 from tritonprep.triton.preprocess import PreprocessModel
 
 
@@ -22,7 +22,4 @@ class TritonPythonModel:
         return self.model.execute(requests)
 
     def finalize(self):
-        try:
-            self.model.close()
-        finally:
-            teardown_logging()
+        finalize_instance(self.model.close)
