@@ -44,6 +44,10 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/steps
 STEPS=${STEPS:-tests}
 SITE=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 printf '%s\n' "$PWD/backend" "$PWD/client" "$PWD/testkit" "$PWD" > "$SITE/tritonprep-src.pth"  # the stub ignores PYTHONPATH
+# the `tritonprep` console script, as `pip install` makes it (the tests start `tritonprep serve`)
+PY=$(command -v python3)
+printf '#!%s\nimport sys\nfrom tritonprep_client.cli import main\nsys.exit(main())\n' "$PY" > "$(dirname "$PY")/tritonprep"
+chmod +x "$(dirname "$PY")/tritonprep"
 for m in pygments ml_dtypes; do [ -e "$SITE/$m" ] || ln -s "/opt/torch/.venv/lib/python3.12/site-packages/$m" "$SITE/$m"; done
 # onnxruntime-gpu's CUDA 13 libraries (cuBLAS, cuDNN, cuFFT, cuRAND, NVRTC, runtime) from the image's torch venv
 LIBS=$(find /opt/torch/.venv/lib/python3.12/site-packages/nvidia -name 'lib*.so*' \
@@ -71,7 +75,8 @@ leftovers() {  # $1: the step just done
 }
 
 if step tests; then
-  timeout ${TEST_TIMEOUT:-300} python3 -m pytest ${TEST_FILES:-tests/gpu tests/e2e/test_classify.py tests/e2e/test_embed_analyze.py tests/e2e/test_fused.py} -q -p no:cacheprovider \
+  # SIGINT at the limit: pytest still writes the failures it has seen (SIGTERM would lose them)
+  timeout -s INT -k 30 ${TEST_TIMEOUT:-300} python3 -m pytest ${TEST_FILES:-tests/gpu tests/e2e/test_classify.py tests/e2e/test_embed_analyze.py tests/e2e/test_fused.py} -q -p no:cacheprovider \
     --timeout 240 -rsP > /tmp/steps/pytest-gpu.txt 2>&1; echo "pytest rc=$?"; tail -8 /tmp/steps/pytest-gpu.txt
   cp /tmp/steps/pytest-gpu.txt "$OUT/"
   leftovers tests

@@ -32,8 +32,7 @@ import io
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -159,14 +158,9 @@ class OrtCudaRuntime:
         shared_mb: int = 0,
         cache: bool = True,
         stream: Any = None,
-        before_capture: Callable[[], object] | None = None,
     ) -> None:
-        """``before_capture``: called once the buckets' first runs are done and before their captures (the caller's
-        other CUDA work of the start, running on another thread meanwhile, must be over by then)."""
         t0 = time.perf_counter()
-        self._before_capture = before_capture
-        #: seconds of each start-up phase: imports, cuda_context, session_b<N> per bucket, first_runs (all buckets at
-        #: once, with graphs), capture_b<N> per bucket
+        #: seconds of each start-up phase: imports, cuda_context, session_b<N> and capture_b<N> per bucket
         self.timings: dict[str, float] = {}
         self._closed = False
         self._buckets: list[_Bucket] = []
@@ -344,43 +338,19 @@ class OrtCudaRuntime:
         return _Bucket(size, session, x, y, binding)
 
     def _warm_up(self) -> None:
-        """Run every bucket once: ONNX Runtime picks its convolutions' algorithms (cuDNN's heuristics, seconds per
-        bucket on the H100 even alone) and, with graphs, captures them.
-
-        With graphs and several buckets the first runs go at once, each on a thread of its own, without a capture
-        (the run option ``gpu_graph_id`` -1): a convolution keeps the algorithm it picked for its shape, so the
-        captures that follow, one bucket after another on this thread (the one :meth:`infer` runs on: ONNX Runtime
-        keeps a graph per thread), only replay what is known. A capture needs the process to itself (ONNX Runtime
-        captures in CUDA's global mode, where another thread's allocation breaks it), hence never on threads.
-        """
-        pairs = list(zip(self._buckets, self.session_caps_mb))
-        if self.cuda_graphs and len(pairs) > 1:
+        """Run every bucket once: ORT tunes its convolutions and, with graphs, captures them now."""
+        for bucket, cap in zip(self._buckets, self.session_caps_mb):
             t0 = time.perf_counter()
-            options = import_onnxruntime().RunOptions()
-            options.add_run_config_entry("gpu_graph_id", "-1")  # this run neither captures nor replays
-            with ThreadPoolExecutor(len(pairs), thread_name_prefix="tritonprep-ort-first-run") as pool:
-                for future in [pool.submit(self._run_bucket, bucket, cap, options) for bucket, cap in pairs]:
-                    future.result()
-            self.timings["first_runs"] = time.perf_counter() - t0
-        if self._before_capture is not None:
-            self._before_capture()
-        for bucket, cap in pairs:
-            t0 = time.perf_counter()
-            self._run_bucket(bucket, cap)
+            try:
+                bucket.session.run_with_iobinding(bucket.binding)
+            except Exception as e:  # noqa: BLE001 - ORT raises its own types; an arena over its cap says why
+                if cap and "allocat" in str(e).lower():
+                    raise ConfigError(
+                        f"bucket {bucket.size} needs more GPU memory than its {cap} MiB arena cap ({e}); raise "
+                        "gpu_memory_mb (or set gpu_mem_limit_mb), or use smaller batch_buckets"
+                    ) from None
+                raise
             self.timings[f"capture_b{bucket.size}"] = time.perf_counter() - t0
-
-    @staticmethod
-    def _run_bucket(bucket: _Bucket, cap: int, options: Any = None) -> None:
-        """One run of ``bucket``'s session on its bound buffers; an arena over its cap says why."""
-        try:
-            bucket.session.run_with_iobinding(bucket.binding, options)
-        except Exception as e:  # noqa: BLE001 - ORT raises its own types; an arena over its cap says why
-            if cap and "allocat" in str(e).lower():
-                raise ConfigError(
-                    f"bucket {bucket.size} needs more GPU memory than its {cap} MiB arena cap ({e}); raise "
-                    "gpu_memory_mb (or set gpu_mem_limit_mb), or use smaller batch_buckets"
-                ) from None
-            raise
 
     def close(self) -> None:
         """Release the GPU: the IO bindings, then the sessions (their CUDA graphs and arenas), the bound buffers
