@@ -8,10 +8,11 @@ models unloaded. What it checks:
 * the log has none of the lines issue 25 names: ONNX Runtime's ``No registered plugin EP device found``,
   nvImageCodec's per-image ``[ERROR]`` lines for a bad image (the executor counts them instead), its
   ``Failed to load nvJPEG2000`` / ``nvTIFF`` lines where their wheels are installed;
-* the GPU instances log their start-up phases (``started in``) and how long their release took (``released in``);
+* the GPU instances log their start-up phases (``started in``) and how long their release took (``released in``,
+  or ``idle in`` for a GPU executor whose stub ends itself, :mod:`tritonprep.triton.stub`);
 * stopping: every model's ``successfully unloaded`` line comes within :data:`UNLOAD_S_PER_INSTANCE` per
-  instance of the signal (Triton finalizes a model's instances one after another; the Python backend's
-  stub exit alone is ~1.1 s), tritonserver exits 0 well inside its 30 s exit timeout, and no stub printed
+  instance of the signal (Triton finalizes a model's instances one after another; the Python backend
+  waits 1 s in each), tritonserver exits 0 well inside its 30 s exit timeout, and no stub printed
   ``terminate called``.
 """
 
@@ -30,8 +31,10 @@ from tritonprep_testkit import corpus
 from tritonprep_testkit.photos import encode
 
 #: the longest one instance of a model may take to finalize and exit: the Python backend's 1 s, the instance's
-#: wait for its GPU work, the stub's own end (tritonprep.triton.pb.end_stub_process)
-UNLOAD_S_PER_INSTANCE = 1.5
+#: release and wait for its GPU work, the stub's own end (tritonprep.triton.pb.end_stub_process); measured on
+#: the H100 1.28 s an instance of preprocess x4 and up to 1.71 s for classify_fused x1, whose network releases
+#: its sessions (reports/2026-11-25-h100-stage5)
+UNLOAD_S_PER_INSTANCE = 2.0
 #: tritonserver's own exit timeout in the served options; a clean stop ends far inside it
 EXIT_TIMEOUT_S = 30
 _LINE = re.compile(r"^[IWE](\d{4}) (\d\d:\d\d:\d\d\.\d+) .*?\"successfully unloaded '([\w.-]+)' version")

@@ -245,6 +245,8 @@ def test_triton_command_is_locked_down_and_serves_both_repositories(triton):
     assert f["model-control-mode"] == ["none"] and f["strict-readiness"] == ["true"]
     assert f["model-config-name"] == ["tensorrt"] and f["exit-on-error"] == ["true"]
     assert "--disable-auto-complete-config" in cmd
+    # every model loads at once, as the launcher has it (tritonprep.launcher.command.load_threads)
+    assert int(f["model-load-thread-count"][0]) >= sum(1 for p in REPO.iterdir() if (p / "config.pbtxt").is_file())
     for restricted in ("http-restricted-api", "grpc-restricted-protocol"):
         apis, secret = f[restricted][0].split(":", 1)
         # the embedded launcher's restricted set and header, mirrored

@@ -8,7 +8,7 @@ import triton_python_backend_utils as pb_utils
 
 from tritonprep.errors import PreprocessError
 from tritonprep.pipeline.fused import FusedClassifyModel
-from tritonprep.triton.pb import finalize_instance
+from tritonprep.triton.stub import finalize_instance
 
 
 class TritonPythonModel:

@@ -10,7 +10,7 @@ import triton_python_backend_utils as pb_utils
 
 from tritonprep.errors import PreprocessError
 from tritonprep.pipeline.networks import EmbedderModel
-from tritonprep.triton.pb import finalize_instance
+from tritonprep.triton.stub import finalize_instance
 
 
 class TritonPythonModel:

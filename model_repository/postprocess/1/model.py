@@ -9,7 +9,8 @@ import triton_python_backend_utils as pb_utils
 from tritonprep.classifier.postprocess import TopK
 from tritonprep.errors import PreprocessError
 from tritonprep.triton.isolation import RequestIsolation, row_batched
-from tritonprep.triton.pb import finalize_instance, model_config, output_dims
+from tritonprep.triton.pb import model_config, output_dims
+from tritonprep.triton.stub import finalize_instance
 from tritonprep.triton.tensors import concat, input_array, named_tensors, to_numpy
 
 

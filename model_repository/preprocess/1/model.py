@@ -7,8 +7,8 @@ rules live in the `tritonprep` library (tritonprep.triton.preprocess.PreprocessM
 import triton_python_backend_utils as pb_utils
 
 from tritonprep.errors import PreprocessError
-from tritonprep.triton.pb import finalize_instance
 from tritonprep.triton.preprocess import PreprocessModel
+from tritonprep.triton.stub import finalize_instance
 
 
 class TritonPythonModel:
