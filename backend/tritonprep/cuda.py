@@ -25,7 +25,7 @@ instances' ``close`` then releases nothing on the GPU (a destructor that waits o
 stream or decoder threads can hang forever; the process is about to end and the driver frees it all).
 
 Likewise, once :func:`mark_process_ending` was called (by a Python-backend stub that ends itself right
-after ``finalize``, :func:`tritonprep.triton.pb.finalize_instance`), ``close`` waits for the GPU work
+after ``finalize``, :func:`tritonprep.triton.stub.finalize_instance`), ``close`` waits for the GPU work
 and stops its threads but leaves memory, decoders and pinned buffers to the process's end, which frees
 them at once (destroying nvImageCodec's decoders and freeing pinned memory one block at a time took most
 of a GPU instance's 0.3-0.9 s release on the H100).

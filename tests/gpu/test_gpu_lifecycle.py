@@ -31,7 +31,7 @@ from tritonprep_testkit import corpus
 from tritonprep_testkit.photos import encode
 
 #: the longest one instance of a model may take to finalize and exit: the Python backend's 1 s, the instance's
-#: release and wait for its GPU work, the stub's own end (tritonprep.triton.pb.end_stub_process); measured on
+#: release and wait for its GPU work, the stub's own end (tritonprep.triton.stub.end_stub_process); measured on
 #: the H100 1.28 s an instance of preprocess x4 and up to 1.71 s for classify_fused x1, whose network releases
 #: its sessions (reports/2026-11-25-h100-stage5)
 UNLOAD_S_PER_INSTANCE = 2.0

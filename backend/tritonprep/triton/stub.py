@@ -5,7 +5,7 @@ second before it asks the stub to finalize (``UpdateHealth`` in python_backend's
 then for the stub to exit: its health thread (up to 0.3 s), the interpreter's teardown and the CUDA
 context's. The stub answers Triton's finalize request before our ``finalize`` runs, so a stub that
 exits at the end of ``finalize`` skips only that teardown, which the process's end does anyway
-(:func:`finalize_instance`; measured on the H100: 2.0 s an instance before, 1.28 s after).
+(:func:`finalize_instance`; measured on the H100: 1.7-2.3 s an instance before, 1.28 s after).
 
 What makes that safe:
 
