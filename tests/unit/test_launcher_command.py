@@ -179,5 +179,8 @@ def test_every_model_loads_at_once(tmp_path):
         (tmp_path / f"m{i}" / "config.pbtxt").write_text("")
     (tmp_path / "not-a-model").mkdir()
     assert load_threads(tmp_path) == 6
+    (tmp_path / "gpu-only" / "configs").mkdir(parents=True)  # served only under --model-config-name gpu
+    (tmp_path / "gpu-only" / "configs" / "gpu.pbtxt").write_text("")
+    assert load_threads(tmp_path) == 6 and load_threads(tmp_path, "gpu") == 7
     cmd = process.EmbeddedServer(ServerOptions()).command(Path("/backends"), repository=tmp_path)
     assert cmd[cmd.index("--model-load-thread-count") + 1] == "6"

@@ -289,7 +289,7 @@ class GpuDecoder:
         with _OPEN_LOCK:
             _OPEN.discard(self)
         if context_poisoned(self.device_id):  # nothing may wait on the GPU now: kept until the process ends
-            ctypes.pythonapi.Py_IncRef(ctypes.py_object(self))  # never destroyed, not even at interpreter exit
+            self._keep_until_exit()
             log.info("GPU decoders on device %d not released: this process's CUDA context is poisoned", self.device_id)
             return
         if self._pool is not None:
@@ -304,7 +304,7 @@ class GpuDecoder:
         except (cp.cuda.runtime.CUDARuntimeError, cp.cuda.driver.CUDADriverError) as e:
             log.info("closing the GPU decoders after a CUDA error (%s): releasing what can be released", e)
         if process_ending():  # idle now; the process's end frees them (see tritonprep.cuda)
-            ctypes.pythonapi.Py_IncRef(ctypes.py_object(self))
+            self._keep_until_exit()
             return
         for stage in stages:  # the output images, while the streams they were decoded on live
             stage.free.clear()
@@ -318,6 +318,10 @@ class GpuDecoder:
         self._ready = None
         self.hw = []
         self.cuda = None
+
+    def _keep_until_exit(self) -> None:
+        """Never destroy these decoders, not even at interpreter exit: the process's end frees them."""
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(self))
 
     def _stages(self) -> list[_Stage]:
         return [*self.hw, *([self.cuda] if self.cuda else [])]

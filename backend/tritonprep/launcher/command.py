@@ -16,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .options import ServerOptions
+from .served import config_in_use
 
 #: the configuration name the launcher selects where it sees a GPU (``<model>/configs/gpu.pbtxt``)
 GPU_CONFIG_NAME = "gpu"
@@ -23,10 +24,10 @@ GPU_CONFIG_NAME = "gpu"
 MIN_LOAD_THREADS = 4
 
 
-def load_threads(repository: Path) -> int:
-    """One model-loading thread per model of ``repository`` (a folder holding ``config.pbtxt``), at least 4."""
+def load_threads(repository: Path, config_name: str | None = None) -> int:
+    """One model-loading thread per model Triton serves from ``repository`` (with ``config_name``), at least 4."""
     try:
-        models = sum(1 for p in repository.iterdir() if (p / "config.pbtxt").is_file())
+        models = sum(1 for p in repository.iterdir() if p.is_dir() and config_in_use(p, config_name) is not None)
     except OSError:
         models = 0
     return max(MIN_LOAD_THREADS, models)
@@ -65,7 +66,7 @@ def tritonserver_args(
         "--model-control-mode",
         "none",
         "--model-load-thread-count",
-        str(load_threads(repository)),
+        str(load_threads(repository, config_name(o, gpus))),
         "--strict-readiness",
         "true",
         "--exit-timeout-secs",
