@@ -24,6 +24,7 @@ from scripts.bench.harness.settings import (
     parse_percentages,
     parse_settings,
     parse_skip,
+    parse_tune_grid,
 )
 from tritonprep.launcher.options import ServerOptions
 
@@ -174,6 +175,14 @@ def test_percentages_and_skips():
     assert parse_skip("dali,cpu", driver.SKIPPABLE) == {"dali", "cpu"}
     with pytest.raises(OptionError):
         parse_skip("dali,gpu", driver.SKIPPABLE)
+
+
+def test_tune_grid_is_instances_delay_and_decoders_per_configuration():
+    assert parse_tune_grid("2,0,2; 4,0,1") == [(2, 0, 2), (4, 0, 1)]
+    assert parse_tune_grid("") == []
+    for bad in ("2,0", "2,0,x", "0,0,1", "2,-1,1", "2,0,9"):
+        with pytest.raises(OptionError):
+            parse_tune_grid(bad)
 
 
 # ---------------------------------------------------------------------- repositories

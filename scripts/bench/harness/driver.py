@@ -24,6 +24,7 @@ from .settings import (
     parse_percentages,
     parse_settings,
     parse_skip,
+    parse_tune_grid,
 )
 
 log = logging.getLogger("harness")
@@ -38,6 +39,7 @@ SKIPPABLE = {
     "classifier": "classify: the classifier alone",
     "torch": "classify: the PyTorch ceiling",
     "load": "startstop: the load on the first start",
+    "null": "tune: the null_sink ceiling beside each configuration",
     "servers": "every phase: the served part (only the one-process parts run)",
 }
 
@@ -97,6 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="instances phase: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE values for the server, e.g. 100,50 (another axis; "
         "only read under MPS)",
     )
+    parser.add_argument(
+        "--tune-grid",
+        default="",
+        help='tune phase: preprocess configurations INSTANCES,QUEUE_DELAY_US,HW_DECODERS, e.g. "2,0,2;4,0,1" '
+        "(default: the phase's own grid)",
+    )
     parser.add_argument("--starts", type=int, default=3, help="startstop phase: starts of the default repository")
     return parser
 
@@ -122,6 +130,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         check_launcher_supports(args.settings)
         parse_instances(args.instances)
         parse_percentages(args.mps_threads)
+        args.tune_grid = parse_tune_grid(args.tune_grid)
         if args.starts < 1:
             raise OptionError("--starts must be 1 or more")
         if needs_perf_analyzer(args) and shutil.which("perf_analyzer") is None:
