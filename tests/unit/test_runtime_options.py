@@ -80,3 +80,13 @@ def test_the_runtime_parameter_table_is_the_one_source_of_names_and_defaults():
     table = runtime_parameter_table()
     assert all(f"| `{p.name}` | `{p.default}` |" in table for p in RUNTIME_PARAMETERS if p.default)
     assert "| `batch_buckets` | (empty) |" in table
+
+
+def test_a_model_file_onnx_runtime_cannot_read_is_named_not_the_gpu_install(tmp_path):
+    from tritonprep.classifier.ort_cuda import GPU_INSTALL_HINT, session_error
+
+    bad = tmp_path / "model.b8.onnx"
+    err = session_error(bad, ["InvalidProtobuf: [ONNXRuntimeError] : 7 : INVALID_PROTOBUF : Load model failed"])
+    assert str(bad) in str(err) and "make model" in str(err) and GPU_INSTALL_HINT not in str(err)
+    err = session_error(bad, ["RuntimeException: libcudnn.so.9: cannot open shared object file"], "cuDNN missing")
+    assert GPU_INSTALL_HINT in str(err) and "cuDNN missing" in str(err)

@@ -45,6 +45,8 @@ from .ort_options import CudaEpOptions, OptimizedModels, quiet_provider_lookup, 
 
 log = logging.getLogger(__name__)
 
+#: ONNX Runtime's words for a model file it cannot read (a truncated or foreign file): no CUDA install fixes it
+MODEL_FILE_ERRORS = ("INVALID_PROTOBUF", "NO_SUCHFILE", "INVALID_GRAPH", "Protobuf parsing failed")
 #: what to install when ONNX Runtime cannot use the GPU (one log line says so)
 GPU_INSTALL_HINT = (
     "pip install 'tritonprep[server,gpu-cu13]' (or gpu-cu12): it brings onnxruntime-gpu with CUDA and cuDNN "
@@ -129,6 +131,17 @@ def _numel(dims: Sequence[int]) -> int:
     for d in dims:
         n *= int(d)
     return n
+
+
+def session_error(model: Path, errors: list[str], preload_report: str = "") -> RuntimeUnavailable:
+    """What to tell when no CUDA session of ``model`` could be made (``errors``: ORT's, last one last): a model
+    file ORT cannot read says so and how to rebuild it; anything else names the GPU install."""
+    if errors and any(marker in errors[-1] for marker in MODEL_FILE_ERRORS):
+        return RuntimeUnavailable(f"ONNX Runtime could not read {model} ({errors[-1]}); rebuild it (make model)")
+    return RuntimeUnavailable(
+        f"ONNX Runtime could not create a CUDA session ({'; '.join(errors)})"
+        f"{'; ' + preload_report if preload_report else ''}; {GPU_INSTALL_HINT}"
+    )
 
 
 class _Bucket:
@@ -313,11 +326,7 @@ class OrtCudaRuntime:
                     self.name = self.name.replace("+graphs", "")
                 else:
                     break
-        report = self._preload_report
-        raise RuntimeUnavailable(
-            f"ONNX Runtime could not create a CUDA session ({'; '.join(errors)}){'; ' + report if report else ''}; "
-            f"{GPU_INSTALL_HINT}"
-        )
+        raise session_error(model, errors, self._preload_report)
 
     def _bind(self, ort: Any, session: Any, size: int, device_id: int) -> _Bucket:
         cp = self._cp
