@@ -283,6 +283,7 @@ class MpsDaemon:
         if left:  # the daemon shuts its servers down as it quits; one that stays is killed
             outcome = "killed"
             kill(left)
+            _wait_gone(left, QUIT_TIMEOUT_S)  # SIGKILL lands when the process next runs: gone before we return
         return outcome
 
 
