@@ -181,8 +181,14 @@ def test_tune_grid_is_instances_delay_and_decoders_per_configuration():
     assert parse_tune_grid("2,0,2; 4,0,1") == [(2, 0, 2), (4, 0, 1)]
     assert parse_tune_grid("") == []
     for bad in ("2,0", "2,0,x", "0,0,1", "2,-1,1", "2,0,9"):
-        with pytest.raises(OptionError):
+        with pytest.raises(OptionError, match="--tune-grid"):
             parse_tune_grid(bad)
+
+
+def test_a_bad_main_config_is_a_usage_error(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        driver.parse_args(["--out", str(tmp_path), "--skip", "servers", "--config", "4,0"])
+    assert "--config: '4,0' is not INSTANCES,QUEUE_DELAY_US,HW_DECODERS" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------- repositories

@@ -170,18 +170,19 @@ def parse_skip(text: str | None, known: Iterable[str]) -> set[str]:
     return values
 
 
+def parse_preprocess_config(text: str, option: str = "--config") -> tuple[int, int, int]:
+    """``"2,0,2"`` -> ``(2, 0, 2)``: one preprocess configuration (instances, queue delay in microseconds,
+    hardware decoders per instance), checked; ``option`` names the flag in the error."""
+    try:
+        n, delay, hw = (int(v) for v in text.split(","))
+    except ValueError:
+        raise OptionError(f"{option}: {text!r} is not INSTANCES,QUEUE_DELAY_US,HW_DECODERS (e.g. 2,0,2)") from None
+    if n < 1 or delay < 0 or not 1 <= hw <= 8:
+        raise OptionError(f"{option}: {text!r}: instances >= 1, queue delay >= 0, hardware decoders 1..8")
+    return n, delay, hw
+
+
 def parse_tune_grid(text: str | None) -> list[tuple[int, int, int]]:
-    """``"2,0,2;4,0,1"`` -> ``[(2, 0, 2), (4, 0, 1)]``: preprocess configurations (instances, queue delay in
-    microseconds, hardware decoders per instance) for the tune phase; nothing given -> ``[]`` (its own grid)."""
-    grid: list[tuple[int, int, int]] = []
-    for part in filter(None, (p.strip() for p in (text or "").split(";"))):
-        try:
-            n, delay, hw = (int(v) for v in part.split(","))
-        except ValueError:
-            raise OptionError(
-                f'--tune-grid: {part!r} is not INSTANCES,QUEUE_DELAY_US,HW_DECODERS (e.g. "2,0,2;4,0,1")'
-            ) from None
-        if n < 1 or delay < 0 or not 1 <= hw <= 8:
-            raise OptionError(f"--tune-grid: {part!r}: instances >= 1, queue delay >= 0, hardware decoders 1..8")
-        grid.append((n, delay, hw))
-    return grid
+    """``"2,0,2;4,0,1"`` -> ``[(2, 0, 2), (4, 0, 1)]``: :func:`parse_preprocess_config` for each ``;``-separated
+    part, the tune phase's grid; nothing given -> ``[]`` (its own grid)."""
+    return [parse_preprocess_config(p.strip(), "--tune-grid") for p in (text or "").split(";") if p.strip()]

@@ -21,7 +21,7 @@ from scripts.bench import decode_grid
 from ..external import one_process_row, run_dali, run_json_lines
 from ..repos import make_repo
 from ..run import Run
-from ..settings import Setting
+from ..settings import Setting, parse_preprocess_config
 
 log = logging.getLogger("harness")
 
@@ -114,7 +114,7 @@ def config_overrides(config: str | None) -> dict[str, int]:
     """``--config instances,queue_delay_us,hw_decoders`` as :func:`~..repos.make_repo` arguments."""
     if not config:
         return {}
-    n, delay, hw = (int(v) for v in config.split(","))
+    n, delay, hw = parse_preprocess_config(config)
     return {"instances": n, "queue_delay_us": delay, "hw_decoders": hw}
 
 
