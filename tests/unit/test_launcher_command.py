@@ -184,3 +184,11 @@ def test_every_model_loads_at_once(tmp_path):
     assert load_threads(tmp_path) == 6 and load_threads(tmp_path, "gpu") == 7
     cmd = process.EmbeddedServer(ServerOptions()).command(Path("/backends"), repository=tmp_path)
     assert cmd[cmd.index("--model-load-thread-count") + 1] == "6"
+
+
+def test_the_exit_waits_at_most_a_quarter_second_for_the_metrics_thread():
+    """Triton's metrics thread sleeps half the metrics interval and tritonserver joins it as it exits."""
+    from tritonprep.launcher.command import METRICS_INTERVAL_MS
+
+    cmd = process.EmbeddedServer(ServerOptions()).command(Path("/backends"))
+    assert int(cmd[cmd.index("--metrics-interval-ms") + 1]) == METRICS_INTERVAL_MS <= 500
