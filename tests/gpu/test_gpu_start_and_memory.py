@@ -181,7 +181,7 @@ def test_jpeg2000_and_tiff_decode_on_the_gpu_as_pillow_does(cp, nvimgcodec, phot
 
 def test_a_batch_over_the_pool_cap_fails_its_requests_not_the_instance(cp, nvimgcodec, photos):
     """gpu_memory_mb caps the CuPy pool; a batch that does not fit raises ResourceExhausted (the model retries
-    it request by request), and the executor goes on serving what fits."""
+    it request by request), and the executor goes on serving what fits, the retry's request included."""
     from tritonprep.errors import ResourceExhausted
     from tritonprep.executors.gpu import GpuExecutor, pool_limit_mb
     from tritonprep.spec import DecoderOptions, PreprocessConfig
@@ -192,8 +192,10 @@ def test_a_batch_over_the_pool_cap_fails_its_requests_not_the_instance(cp, nvimg
     big = encode(np.zeros((3000, 3000, 3), np.uint8), "PNG")  # 27 MB decoded each
     with GpuExecutor(spec) as gpu:
         assert cp.get_default_memory_pool().get_limit() == 88 << 20
-        with pytest.raises(ResourceExhausted, match="gpu_memory_mb"):
+        with pytest.raises(ResourceExhausted, match="gpu_memory_mb") as failed:
             gpu.run([big] * 8)
+        # the model holds the error while it retries request by request: the failed attempt's arrays are gone
+        assert not gpu.run([big]).errors, failed.value
         assert not gpu.run([encode(photos["chelsea"], "JPEG")]).errors
     cp.get_default_memory_pool().set_limit(size=0)
 

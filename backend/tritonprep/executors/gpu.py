@@ -17,14 +17,18 @@ failures are logged counted, at most once a minute per kind (:mod:`tritonprep.de
 
 With a ``gpu_memory_mb`` budget (:mod:`tritonprep.memory`) the executor caps CuPy's memory pool to
 it, less the CUDA context and the hardware decoders' preallocated buffers, and the decoded images
-its decoders keep for reuse to a quarter of that; a batch that does not fit raises
-:class:`~tritonprep.errors.ResourceExhausted` (the model retries it request by request) instead of
-the process running out of memory. :attr:`GpuExecutor.timings` holds the start-up phases' seconds
-and :meth:`GpuExecutor.close` releases the GPU in order (decoders, then pools, then the stream).
+its decoders keep for reuse to a quarter of that; a batch that does not fit is tried once more with
+the pool's cached blocks freed, then raises :class:`~tritonprep.errors.ResourceExhausted` (the model
+retries it request by request) instead of the process running out of memory. Before each retry the
+failed attempt's arrays are collected (its exception's traceback, held inside an ``except`` block or
+in a reference cycle, would keep them, and every retry would then fail too).
+:attr:`GpuExecutor.timings` holds the start-up phases' seconds and :meth:`GpuExecutor.close` releases
+the GPU in order (decoders, then pools, then the stream).
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -263,19 +267,25 @@ class GpuExecutor:
         rows = resolve_wanted(self.config, len(images), wanted)
         oom = self.cp.cuda.memory.OutOfMemoryError
         with cuda_fault_guard(self.device.id, "the GPU executor", probe=self.check_context):
-            try:
+            error = ""
+            for _ in range(2):  # once more with what the pool caches in blocks of other sizes freed
                 try:
                     return self._run(images, rows)
-                except oom:
-                    self._release_pools()  # what the pool caches in blocks of other sizes: once more with it freed
-                    return self._run(images, rows)
-            except oom as e:
-                self._release_pools()
-                raise ResourceExhausted(
-                    f"{len(images)} image(s) do not fit in this instance's GPU memory"
-                    + (f" (gpu_memory_mb caps its CuPy pool at {self.pool_limit_mb} MiB)" if self.pool_limit_mb else "")
-                    + f": {e}; send fewer or smaller images per request, or raise gpu_memory_mb"
-                ) from None
+                except oom as e:
+                    error = str(e)  # the message only: the exception's traceback holds the attempt's arrays
+                self._free_failed_attempt()  # out of the except block, so that the attempt's arrays can go
+            raise ResourceExhausted(
+                f"{len(images)} image(s) do not fit in this instance's GPU memory"
+                + (f" (gpu_memory_mb caps its CuPy pool at {self.pool_limit_mb} MiB)" if self.pool_limit_mb else "")
+                + f": {error}; send fewer or smaller images per request, or raise gpu_memory_mb"
+            )
+
+    def _free_failed_attempt(self) -> None:
+        """After a run out of GPU memory: its arrays back to the pool (the frames that held them may sit in
+        reference cycles with the exception, which only the collector breaks), then the pool's cached
+        blocks back to the driver, so that a retry (here, or the model's request by request) starts clean."""
+        gc.collect()
+        self._release_pools()
 
     def check_context(self) -> None:
         """Raise CuPy's CUDA error if this process's context holds a sticky error."""
