@@ -132,8 +132,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parse_instances(args.instances)
         parse_percentages(args.mps_threads)
         args.tune_grid = parse_tune_grid(args.tune_grid)
-        if args.config:
-            parse_preprocess_config(args.config)
+        args.config = parse_preprocess_config(args.config) if args.config else None
         if args.starts < 1:
             raise OptionError("--starts must be 1 or more")
         if needs_perf_analyzer(args) and shutil.which("perf_analyzer") is None:

@@ -21,7 +21,7 @@ from scripts.bench import decode_grid
 from ..external import one_process_row, run_dali, run_json_lines
 from ..repos import make_repo
 from ..run import Run
-from ..settings import Setting, parse_preprocess_config
+from ..settings import Setting
 
 log = logging.getLogger("harness")
 
@@ -110,11 +110,12 @@ def once(run: Run, args: argparse.Namespace) -> None:
         inprocess(run)
 
 
-def config_overrides(config: str | None) -> dict[str, int]:
-    """``--config instances,queue_delay_us,hw_decoders`` as :func:`~..repos.make_repo` arguments."""
+def config_overrides(config: tuple[int, int, int] | None) -> dict[str, int]:
+    """``--config instances,queue_delay_us,hw_decoders`` (parsed by the driver) as :func:`~..repos.make_repo`
+    arguments."""
     if not config:
         return {}
-    n, delay, hw = parse_preprocess_config(config)
+    n, delay, hw = config
     return {"instances": n, "queue_delay_us": delay, "hw_decoders": hw}
 
 
