@@ -13,7 +13,9 @@ gets a session of its own that only ever sees that one shape:
   from where it lives, a GPU tensor from the preprocess model included: no trip through the host;
 * with ``cuda_graphs`` each bucket's network is captured once as a CUDA graph and replayed, which
   removes the per-kernel launch cost that dominates small batches;
-* every bucket runs (and is captured) while the model loads, so no request pays a tuning or a capture.
+* every bucket runs (and is captured) while the model loads, so no request pays a tuning or a capture;
+* a batch runs on the buckets that cover it in the least time (:mod:`.bucket_plan`: each bucket's replay
+  is timed once it is captured), so a few buckets serve every batch size.
 
 All work is ordered on one CUDA stream of the instance (``user_compute_stream``), which CuPy's copies
 use too; ORT synchronizes it at the end of each run.
@@ -32,7 +34,7 @@ import io
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,7 @@ import numpy as np
 from ..cache import use_for_cupy
 from ..cuda import cuda_fault_guard, import_cupy
 from ..errors import ConfigError, RuntimeUnavailable
+from .bucket_plan import BucketPlan, measure
 from .ort_options import CudaEpOptions, OptimizedModels, quiet_provider_lookup, session_caps_mb
 
 log = logging.getLogger(__name__)
@@ -171,18 +174,26 @@ class OrtCudaRuntime:
         shared_mb: int = 0,
         cache: bool = True,
         stream: Any = None,
+        before_capture: Callable[[], object] | None = None,
     ) -> None:
+        """``before_capture``: called once every bucket's first run is done and before the captures (the caller's
+        other CUDA work of the start, on another thread meanwhile, must be over by then: a capture needs the
+        process to itself)."""
         t0 = time.perf_counter()
-        #: seconds of each start-up phase: imports, cuda_context, session_b<N> and capture_b<N> per bucket
+        #: seconds of each start-up phase: imports, cuda_context, session_b<N>, first_run_b<N> and capture_b<N> per
+        #: bucket, measure (the buckets' replay times)
         self.timings: dict[str, float] = {}
         self._closed = False
         self._buckets: list[_Bucket] = []
+        self._before_capture = before_capture
         ort = import_onnxruntime()
         if not cuda_provider_available(ort):
             raise RuntimeUnavailable(f"this onnxruntime build has no CUDA execution provider; {GPU_INSTALL_HINT}")
         cupy = import_cupy()
         if not buckets or sorted(set(buckets)) != list(buckets) or buckets[0] < 1:
             raise ConfigError(f"batch_buckets must be increasing positive sizes, got {list(buckets)}")
+        #: how a batch is spread over the buckets (their replay times measured in the warm-up)
+        self.plan = BucketPlan(buckets)
         self._preload_report = preload(ort)
         if cache:
             use_for_cupy()  # CuPy's kernels (copies, casts, the top-k) compiled once, kept for later starts
@@ -251,11 +262,12 @@ class OrtCudaRuntime:
             self.close()
             raise
         log.info(
-            "classifier on GPU %d: %s, batch buckets %s (one session each, captured while loading), cuDNN %s%s; "
-            "started in %s",
+            "classifier on GPU %d: %s, batch buckets %s (one session each, captured while loading; one run %s), "
+            "cuDNN %s%s; started in %s",
             device_id,
             self.name,
             ",".join(map(str, buckets)),
+            self.plan.describe(),
             self.ep_options.describe(),
             f", arenas capped at {','.join(map(str, self.session_caps_mb))} MiB" if any(self.session_caps_mb) else "",
             ", ".join(f"{k} {v:.2f} s" for k, v in self.timings.items()),
@@ -347,28 +359,55 @@ class OrtCudaRuntime:
         return _Bucket(size, session, x, y, binding)
 
     def _warm_up(self) -> None:
-        """Run every bucket once: ORT tunes its convolutions and, with graphs, captures them now."""
-        for bucket, cap in zip(self._buckets, self.session_caps_mb):
+        """Each bucket's first run (cuDNN's heuristics pick each convolution's algorithm: seconds per bucket), neither
+        capturing nor replaying (run option ``gpu_graph_id`` -1: other threads may use the GPU meanwhile), then
+        ``before_capture``, the captures (hundredths of a second: the algorithms are known), the replay times. All
+        on this thread, the one :meth:`infer` runs on (ONNX Runtime keeps its CUDA context and graphs per thread)."""
+        pairs = list(zip(self._buckets, self.session_caps_mb))
+        first = None
+        if self.cuda_graphs:
+            first = import_onnxruntime().RunOptions()
+            first.add_run_config_entry("gpu_graph_id", "-1")  # this run neither captures nor replays
+        for bucket, cap in pairs:
             t0 = time.perf_counter()
-            try:
-                bucket.session.run_with_iobinding(bucket.binding)
-            except Exception as e:  # noqa: BLE001 - ORT raises its own types; an arena over its cap says why
-                if cap and "allocat" in str(e).lower():
-                    raise ConfigError(
-                        f"bucket {bucket.size} needs more GPU memory than its {cap} MiB arena cap ({e}); raise "
-                        "gpu_memory_mb (or set gpu_mem_limit_mb), or use smaller batch_buckets"
-                    ) from None
-                raise
-            self.timings[f"capture_b{bucket.size}"] = time.perf_counter() - t0
+            self._run_bucket(bucket, cap, first)
+            self.timings[f"first_run_b{bucket.size}"] = time.perf_counter() - t0
+        if self._before_capture is not None:
+            self._before_capture()
+        if self.cuda_graphs:
+            for bucket, cap in pairs:
+                t0 = time.perf_counter()
+                self._run_bucket(bucket, cap)
+                self.timings[f"capture_b{bucket.size}"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        by_size = {bucket.size: bucket for bucket in self._buckets}
+
+        def run(size: int) -> None:
+            by_size[size].session.run_with_iobinding(by_size[size].binding)
+            self.stream.synchronize()
+
+        sizes = [bucket.size for bucket in self._buckets]
+        self.plan = BucketPlan(sizes, measure(sizes, run))
+        self.timings["measure"] = time.perf_counter() - t0
+
+    @staticmethod
+    def _run_bucket(bucket: _Bucket, cap: int, options: Any = None) -> None:
+        """One run of ``bucket``'s session on its bound buffers; an arena over its cap says why."""
+        try:
+            bucket.session.run_with_iobinding(bucket.binding, options)
+        except Exception as e:  # noqa: BLE001 - ORT raises its own types; an arena over its cap says why
+            if cap and "allocat" in str(e).lower():
+                raise ConfigError(
+                    f"bucket {bucket.size} needs more GPU memory than its {cap} MiB arena cap ({e}); raise "
+                    "gpu_memory_mb (or set gpu_mem_limit_mb), or use smaller batch_buckets"
+                ) from None
+            raise
 
     def close(self) -> None:
         """Release the GPU: the IO bindings, then the sessions (their CUDA graphs and arenas), the bound buffers
-        and the stream, after the work on it is done; idempotent.
-
-        Call it from the model's ``finalize``: left to the garbage collector at interpreter exit, an ORT
-        session can be destroyed after its stream or after the CUDA runtime began shutting down, and its
-        destructor's CUDA error ends the stub with ``terminate called``.
-        """
+        and the stream, after the work on it is done; idempotent. Call it from the model's ``finalize``: left to
+        the garbage collector at interpreter exit, an ORT session can be destroyed after its stream or the CUDA
+        runtime, and its destructor's CUDA error ends the stub with ``terminate called``."""
         if self._closed:
             return
         self._closed = True
@@ -397,12 +436,12 @@ class OrtCudaRuntime:
                 self.stream = None
             log.info("network on GPU %d: released in %.2f s", self.device.id, time.perf_counter() - t0)
 
-    def bucket_for(self, n: int) -> int:
-        """The batch size ``n`` images run at: the smallest bucket that holds them (more than the largest
-        bucket run in chunks of it)."""
-        return self._bucket(n).size
+    def chunks_for(self, n: int) -> list[int]:
+        """The buckets ``n`` images run on, largest first: the cover of least measured time (:mod:`.bucket_plan`)."""
+        return self.plan.chunks(n)
 
     def _bucket(self, n: int) -> _Bucket:
+        """The smallest bucket that holds ``n`` images (the largest if none does)."""
         return next((bucket for bucket in self._buckets if bucket.size >= n), self._buckets[-1])
 
     def infer(self, batch: Any) -> Any:
@@ -427,18 +466,18 @@ class OrtCudaRuntime:
         with cuda_fault_guard(self.device.id, "the network (ONNX Runtime CUDA)", probe=self.stream.synchronize):
             with self.device, self.stream:
                 start = 0
-                while start < n:  # more than the largest bucket runs in chunks of it
-                    take = min(self.max_batch, n - start)
-                    chunks.append(self._run_chunk(parts, start, take))
+                for size in self.plan.chunks(n):
+                    take = min(size, n - start)
+                    chunks.append(self._run_chunk(parts, start, take, size))
                     start += take
                 out = chunks[0] if len(chunks) == 1 else cp.concatenate(chunks)
             self.stream.synchronize()
         return out
 
-    def _run_chunk(self, parts: Sequence[Any], start: int, n: int) -> Any:
-        """Rows ``[start, start + n)`` of the concatenated parts through one bucket."""
+    def _run_chunk(self, parts: Sequence[Any], start: int, n: int, size: int) -> Any:
+        """Rows ``[start, start + n)`` of the concatenated parts through the bucket of ``size``."""
         cp = self._cp
-        bucket = self._bucket(n)
+        bucket = self._bucket(size)
         row = 0
         offset = 0
         for part in parts:

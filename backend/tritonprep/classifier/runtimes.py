@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -90,9 +90,9 @@ RUNTIME_PARAMETERS: tuple[Parameter, ...] = (
         "batch_buckets",
         read_ints(),
         "",
-        "batch sizes the GPU runtime runs at (empty: the powers of two up to max_batch_size); a batch is padded "
-        "up to the next one, one larger than the largest runs in chunks of it; each holds its own ONNX Runtime "
-        "session and memory",
+        "batch sizes the GPU runtime runs at (empty: the powers of two up to max_batch_size); a batch runs on the "
+        "buckets that cover it in the least time, each bucket timed at start (the last one padded); each holds its "
+        "own ONNX Runtime session and memory and costs seconds at start",
     ),
     Parameter(
         "gpu_memory_mb",
@@ -281,6 +281,7 @@ def load_runtime(
     max_batch: int = 256,
     stream: Any = None,
     shared_mb: int = 0,
+    before_capture: Callable[[], object] | None = None,
 ) -> Runtime:
     """Load the classifier on the best runtime available for the instance.
 
@@ -288,7 +289,9 @@ def load_runtime(
     ``options`` come from the config's parameters (``prefer`` overrides ``options.runtime``);
     ``stream``: a CuPy stream the ONNX Runtime CUDA network runs on (default: one of its own), e.g. the
     preprocess executor's, so that decode, kernels and network are ordered on one stream; ``shared_mb``:
-    what else the instance holds of its ``gpu_memory_mb`` (``classify_fused``'s preprocessing).
+    what else the instance holds of its ``gpu_memory_mb`` (``classify_fused``'s preprocessing);
+    ``before_capture``: what must be done before the runtime captures CUDA graphs (ONNX Runtime's CUDA EP calls it
+    between its buckets' first runs and their captures; the other runtimes before they load).
     """
     options = options or RuntimeOptions.from_parameters({}, max_batch)
     prefer = prefer or options.runtime
@@ -299,6 +302,8 @@ def load_runtime(
     if prefer in ("auto", "tensorrt") and use_gpu:
         from .tensorrt import TensorRTRuntime
 
+        if before_capture is not None:
+            before_capture()
         try:
             return TensorRTRuntime(onnx_path, input_dims, device_id, max_batch, fp16=options.precision == "fp16")
         except RuntimeUnavailable as e:
@@ -324,6 +329,7 @@ def load_runtime(
                     gpu_mem_limit_mb=options.gpu_mem_limit_mb,
                     shared_mb=shared_mb,
                     stream=stream,
+                    before_capture=before_capture,
                 )
             except RuntimeUnavailable as e:
                 log.warning("classifier on a GPU instance runs on the CPU: %s", e)
@@ -333,6 +339,8 @@ def load_runtime(
                 ort.__version__,
                 GPU_INSTALL_HINT,
             )
+    if before_capture is not None:
+        before_capture()
     threads = int(os.environ.get("TRITONPREP_ORT_THREADS", "0"))
     return OrtCpuRuntime(onnx_path, threads)
 

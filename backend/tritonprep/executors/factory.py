@@ -12,8 +12,11 @@ from .cpu import CpuExecutor
 log = logging.getLogger(__name__)
 
 
-def create_executor(spec: OutputSpec | PreprocessConfig, instance_kind: str = "CPU", device_id: int = 0) -> Executor:
-    """The executor for a model instance.
+def create_executor(
+    spec: OutputSpec | PreprocessConfig, instance_kind: str = "CPU", device_id: int = 0, *, warm_up: bool = True
+) -> Executor:
+    """The executor for a model instance (``warm_up`` False: a GPU executor is warmed up by the caller, with
+    its ``warm_up()``).
 
     ``executor=auto`` uses the GPU executor on a GPU instance (Triton's ``KIND_GPU``, or
     ``KIND_AUTO`` on a machine with a GPU) and the CPU executor otherwise; ``gpu`` insists
@@ -26,7 +29,7 @@ def create_executor(spec: OutputSpec | PreprocessConfig, instance_kind: str = "C
     try:
         from .gpu import GpuExecutor  # imports CuPy: only where a GPU executor is wanted
 
-        return GpuExecutor(config, device_id)
+        return GpuExecutor(config, device_id, warm_up=warm_up)
     except RuntimeUnavailable as e:
         if config.executor == "gpu":
             raise

@@ -114,7 +114,8 @@ class GpuExecutor:
 
     name = "gpu"
 
-    def __init__(self, spec: OutputSpec | PreprocessConfig, device_id: int = 0) -> None:
+    def __init__(self, spec: OutputSpec | PreprocessConfig, device_id: int = 0, *, warm_up: bool = True) -> None:
+        """``warm_up``: run :meth:`warm_up` now (False: the caller does, before the first request)."""
         t0 = time.perf_counter()
         #: seconds of each start-up phase (imports, cuda_context, decoders, warm_up), for the instance report
         self.timings: dict[str, float] = {}
@@ -155,9 +156,8 @@ class GpuExecutor:
         self._in_flight_staging: Any = None
         self._closed = False
         try:
-            t0 = time.perf_counter()
-            self._warm_up()
-            self.timings["warm_up"] = time.perf_counter() - t0
+            if warm_up:
+                self.warm_up()
         except BaseException:  # the caller never gets this executor: stop its threads and decoders here
             self.close()
             raise
@@ -175,8 +175,9 @@ class GpuExecutor:
         )
 
     # ------------------------------------------------------------------ helpers
-    def _warm_up(self) -> None:
-        """Compile the kernel and initialise the decoder now rather than on the first request."""
+    def warm_up(self) -> None:
+        """Load the kernel and initialise the decoders now rather than on the first request (one small JPEG);
+        any thread may run it, once, before the first request."""
         import io
 
         from PIL import Image
@@ -184,9 +185,11 @@ class GpuExecutor:
         ramp = np.linspace(0, 255, 64 * 48 * 3).astype(np.uint8).reshape(48, 64, 3)
         buf = io.BytesIO()
         Image.fromarray(ramp).save(buf, format="JPEG", quality=90)
+        t0 = time.perf_counter()
         result = self.run([buf.getvalue()])
         if result.errors:
             raise RuntimeUnavailable(f"GPU executor warm-up failed: {result.errors[0]}")
+        self.timings["warm_up"] = time.perf_counter() - t0
         self.timings["warm_up_decode"] = result.timings["decode_s"]  # the decoders' first call, of warm_up
 
     def _staging(self, nbytes: int) -> np.ndarray:

@@ -92,12 +92,18 @@ class PreprocessStage:
     (a request's output tensors).
     """
 
-    def __init__(self, config: PreprocessConfig, args: Mapping[str, str], input_name: str = "IMAGE") -> None:
+    def __init__(
+        self, config: PreprocessConfig, args: Mapping[str, str], input_name: str = "IMAGE", *, warm_up: bool = True
+    ) -> None:
+        """``warm_up`` False: the caller runs :meth:`warm_up` before the first request (on any thread)."""
         self.config = config
         self.input_name = input_name
         self.image_outputs = [name for name, _ in config.outputs]
         self.offered = [*self.image_outputs, *config.provenance]
-        executor = create_executor(config, args["model_instance_kind"], int(args["model_instance_device_id"]))
+        executor = create_executor(
+            config, args["model_instance_kind"], int(args["model_instance_device_id"]), warm_up=warm_up
+        )
+        self._warm_up = getattr(executor, "warm_up", None)  # the GPU executor's; the CPU one needs none
         self.executor = faults.FaultyExecutor(executor) if faults.enabled() else executor
         device = f"gpu{executor.device.id}" if executor.name == "gpu" else "cpu"
         self.metrics = PreprocessMetrics(args["model_name"], args["model_instance_name"], device)
@@ -111,6 +117,11 @@ class PreprocessStage:
             executor.describe(),
             config.limits,
         )
+
+    def warm_up(self) -> None:
+        """The executor's first call (decoders, kernels), where the constructor was told to leave it."""
+        if self._warm_up is not None:
+            self._warm_up()
 
     @contextmanager
     def executing(self, requests: int) -> Iterator[None]:
