@@ -35,6 +35,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,7 @@ from ..cache import use_for_cupy
 from ..cuda import cuda_fault_guard, import_cupy
 from ..errors import ConfigError, RuntimeUnavailable
 from .bucket_plan import BucketPlan, measure
-from .ort_options import CudaEpOptions, OptimizedModels, quiet_provider_lookup, session_caps_mb
+from .ort_options import CudaEpOptions, OptimizedModels, batch_dim_name, quiet_provider_lookup, session_caps_mb
 
 log = logging.getLogger(__name__)
 
@@ -87,18 +88,6 @@ def preload(ort: Any) -> str:
     with contextlib.redirect_stdout(out):
         preload_dlls()
     return out.getvalue().strip()
-
-
-def batch_dim_name(ort: Any, onnx_path: Path) -> str:
-    """The name of the ONNX input's batch dimension (its ``dim_param``), read with a CPU session that only
-    loads the graph (no optimization: it is only asked for its input)."""
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
-    dim = session.get_inputs()[0].shape[0]
-    if not isinstance(dim, str):
-        raise ConfigError(f"{onnx_path} has a fixed batch size {dim}; export it with a named dynamic batch axis")
-    return dim
 
 
 def device_of(array: Any) -> int | None:
@@ -174,18 +163,17 @@ class OrtCudaRuntime:
         shared_mb: int = 0,
         cache: bool = True,
         stream: Any = None,
-        before_capture: Callable[[], object] | None = None,
+        meanwhile: Callable[[], object] | None = None,
     ) -> None:
-        """``before_capture``: called once every bucket's first run is done and before the captures (the caller's
-        other CUDA work of the start, on another thread meanwhile, must be over by then: a capture needs the
-        process to itself)."""
+        """``meanwhile``: the caller's other start-up work (``classify_fused``'s preprocessing warm-up), run on
+        this thread while the buckets' first runs go on a thread of their own; the captures wait for both."""
         t0 = time.perf_counter()
         #: seconds of each start-up phase: imports, cuda_context, session_b<N>, first_run_b<N> and capture_b<N> per
         #: bucket, measure (the buckets' replay times)
         self.timings: dict[str, float] = {}
         self._closed = False
         self._buckets: list[_Bucket] = []
-        self._before_capture = before_capture
+        self._meanwhile = meanwhile
         ort = import_onnxruntime()
         if not cuda_provider_available(ort):
             raise RuntimeUnavailable(f"this onnxruntime build has no CUDA execution provider; {GPU_INSTALL_HINT}")
@@ -360,20 +348,22 @@ class OrtCudaRuntime:
 
     def _warm_up(self) -> None:
         """Each bucket's first run (cuDNN's heuristics pick each convolution's algorithm: seconds per bucket), neither
-        capturing nor replaying (run option ``gpu_graph_id`` -1: other threads may use the GPU meanwhile), then
-        ``before_capture``, the captures (hundredths of a second: the algorithms are known), the replay times. All
-        on this thread, the one :meth:`infer` runs on (ONNX Runtime keeps its CUDA context and graphs per thread)."""
+        capturing nor replaying (run option ``gpu_graph_id`` -1), on a thread while ``meanwhile`` runs here (ONNX
+        Runtime lets go of the GIL, the decoders' first call may not); then the captures (hundredths of a second:
+        the algorithms are known) and the replay times on this thread, the one :meth:`infer` runs on (ONNX Runtime
+        keeps its graphs per thread; a capture needs the process to itself)."""
         pairs = list(zip(self._buckets, self.session_caps_mb))
         first = None
         if self.cuda_graphs:
             first = import_onnxruntime().RunOptions()
             first.add_run_config_entry("gpu_graph_id", "-1")  # this run neither captures nor replays
-        for bucket, cap in pairs:
-            t0 = time.perf_counter()
-            self._run_bucket(bucket, cap, first)
-            self.timings[f"first_run_b{bucket.size}"] = time.perf_counter() - t0
-        if self._before_capture is not None:
-            self._before_capture()
+        if self._meanwhile is None:
+            self._first_runs(pairs, first)
+        else:  # an error of meanwhile goes up once the first runs are over (the pool waits for them)
+            with ThreadPoolExecutor(1, thread_name_prefix="tritonprep-ort-first-runs") as pool:
+                runs = pool.submit(self._first_runs, pairs, first)
+                self._meanwhile()
+                runs.result()
         if self.cuda_graphs:
             for bucket, cap in pairs:
                 t0 = time.perf_counter()
@@ -389,6 +379,12 @@ class OrtCudaRuntime:
         sizes = [bucket.size for bucket in self._buckets]
         self.plan = BucketPlan(sizes, measure(sizes, run))
         self.timings["measure"] = time.perf_counter() - t0
+
+    def _first_runs(self, pairs: list[tuple[_Bucket, int]], options: Any) -> None:
+        for bucket, cap in pairs:
+            t0 = time.perf_counter()
+            self._run_bucket(bucket, cap, options)
+            self.timings[f"first_run_b{bucket.size}"] = time.perf_counter() - t0
 
     @staticmethod
     def _run_bucket(bucket: _Bucket, cap: int, options: Any = None) -> None:

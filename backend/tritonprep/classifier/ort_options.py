@@ -182,3 +182,15 @@ class OptimizedModels:
     def refused(self, bucket: int) -> bool:
         """Whether an earlier start could not load bucket ``bucket``'s optimized model (see :meth:`refuse`)."""
         return self.path(bucket).with_suffix(".refused").is_file()
+
+
+def batch_dim_name(ort: Any, onnx_path: Path) -> str:
+    """The name of the ONNX input's batch dimension (its ``dim_param``), read with a CPU session that only
+    loads the graph (no optimization: it is only asked for its input)."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+    dim = session.get_inputs()[0].shape[0]
+    if not isinstance(dim, str):
+        raise ConfigError(f"{onnx_path} has a fixed batch size {dim}; export it with a named dynamic batch axis")
+    return dim

@@ -270,6 +270,18 @@ def model_file(onnx_path: Path, precision: str) -> Path:
     return fp16
 
 
+def _once(work: Callable[[], object]) -> Callable[[], None]:
+    """``work`` run at its first call only (a fallback from one runtime to the next calls it again)."""
+    done: list[bool] = []
+
+    def run() -> None:
+        if not done:
+            done.append(True)
+            work()
+
+    return run
+
+
 def load_runtime(
     onnx_path: Path,
     input_dims: tuple[int, ...],
@@ -281,7 +293,7 @@ def load_runtime(
     max_batch: int = 256,
     stream: Any = None,
     shared_mb: int = 0,
-    before_capture: Callable[[], object] | None = None,
+    meanwhile: Callable[[], object] | None = None,
 ) -> Runtime:
     """Load the classifier on the best runtime available for the instance.
 
@@ -290,10 +302,11 @@ def load_runtime(
     ``stream``: a CuPy stream the ONNX Runtime CUDA network runs on (default: one of its own), e.g. the
     preprocess executor's, so that decode, kernels and network are ordered on one stream; ``shared_mb``:
     what else the instance holds of its ``gpu_memory_mb`` (``classify_fused``'s preprocessing);
-    ``before_capture``: what must be done before the runtime captures CUDA graphs (ONNX Runtime's CUDA EP calls it
-    between its buckets' first runs and their captures; the other runtimes before they load).
+    ``meanwhile``: the caller's other start-up work, run once: ONNX Runtime's CUDA EP runs it while its buckets'
+    first runs go on a thread of their own (:class:`OrtCudaRuntime`), the other runtimes before they load.
     """
     options = options or RuntimeOptions.from_parameters({}, max_batch)
+    meanwhile = _once(meanwhile) if meanwhile is not None else None
     prefer = prefer or options.runtime
     if prefer not in RUNTIME_CHOICES:
         raise ConfigError(f"runtime must be one of {RUNTIME_CHOICES}, got {prefer!r}")
@@ -302,8 +315,8 @@ def load_runtime(
     if prefer in ("auto", "tensorrt") and use_gpu:
         from .tensorrt import TensorRTRuntime
 
-        if before_capture is not None:
-            before_capture()
+        if meanwhile is not None:
+            meanwhile()
         try:
             return TensorRTRuntime(onnx_path, input_dims, device_id, max_batch, fp16=options.precision == "fp16")
         except RuntimeUnavailable as e:
@@ -329,7 +342,7 @@ def load_runtime(
                     gpu_mem_limit_mb=options.gpu_mem_limit_mb,
                     shared_mb=shared_mb,
                     stream=stream,
-                    before_capture=before_capture,
+                    meanwhile=meanwhile,
                 )
             except RuntimeUnavailable as e:
                 log.warning("classifier on a GPU instance runs on the CPU: %s", e)
@@ -339,8 +352,8 @@ def load_runtime(
                 ort.__version__,
                 GPU_INSTALL_HINT,
             )
-    if before_capture is not None:
-        before_capture()
+    if meanwhile is not None:
+        meanwhile()
     threads = int(os.environ.get("TRITONPREP_ORT_THREADS", "0"))
     return OrtCpuRuntime(onnx_path, threads)
 

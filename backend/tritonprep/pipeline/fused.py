@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -98,11 +97,9 @@ class FusedClassifyModel:
             raise ConfigError(
                 f"the network takes FP32 NCHW input; the preprocess parameters give {spec.dtype} {spec.layout}"
             )
-        # the preprocessing warms up (its decoders' first call: seconds) on a thread while the network loads; the
-        # network's CUDA-graph captures wait for it (a capture needs the process to itself)
+        # the preprocessing warms up (its decoders' first call: seconds) while the network's buckets take their
+        # first runs on a thread; the network's CUDA-graph captures wait for both (a capture needs the process)
         self.prep = PreprocessStage(prep_config, args, input_name, warm_up=False)
-        pool = ThreadPoolExecutor(1, thread_name_prefix="tritonprep-prep-warm-up")
-        warming = pool.submit(self.prep.warm_up)
         try:
             self.runtime = load_runtime(
                 network,
@@ -113,14 +110,11 @@ class FusedClassifyModel:
                 max_batch=max_batch,
                 stream=getattr(self.prep.executor, "stream", None),  # the GPU executor's: one stream for the job
                 shared_mb=prep_share,
-                before_capture=warming.result,
+                meanwhile=self.prep.warm_up,
             )
-            warming.result()
         except BaseException:  # the caller never gets this instance: release the preprocessing's GPU here
-            pool.shutdown(wait=True)
             self.prep.close()
             raise
-        pool.shutdown(wait=True)
         self.requests = RequestIsolation(
             args["model_name"],
             self.read,
