@@ -1,11 +1,14 @@
 """The GPU executor's answer to running out of GPU memory, without a GPU: a batch that does not fit is tried
-once more with the pool's cached blocks freed, then fails with ResourceExhausted (the model retries it request
-by request). Each retry, and the model's, must start without the failed attempt's arrays: they are freed
-before the pool is released, and the error carries no traceback that would keep them."""
+once more with the pool's cached blocks freed, then again each time memory held elsewhere (earlier batches'
+outputs, until Triton releases them) comes back, for up to OUTPUT_WAIT_S; then it fails with ResourceExhausted
+(the model retries it request by request). Each retry, and the model's, must start without the failed
+attempt's arrays: they are freed before the pool is released, and the error carries no traceback that would
+keep them."""
 
 from __future__ import annotations
 
 import gc
+import time
 import weakref
 from types import SimpleNamespace
 
@@ -23,12 +26,31 @@ class Arrays:
     """What an attempt holds on the GPU."""
 
 
-def executor(monkeypatch: pytest.MonkeyPatch, fits_on_attempt: int | None) -> tuple[gpu.GpuExecutor, dict]:
+class Pool:
+    """CuPy's memory pool: ``used`` bytes held by arrays alive elsewhere, less each poll by ``returned``."""
+
+    def __init__(self, used: int, returned: int = 0) -> None:
+        self.used, self.returned, self.polls = used, returned, 0
+
+    def used_bytes(self) -> int:
+        self.polls += 1
+        self.used = max(0, self.used - (self.returned if self.polls > 3 else 0))
+        return self.used
+
+
+def executor(
+    monkeypatch: pytest.MonkeyPatch, fits_on_attempt: int | None, pool: Pool | None = None
+) -> tuple[gpu.GpuExecutor, dict]:
     """A GpuExecutor whose run allocates Arrays and runs out of memory until ``fits_on_attempt``."""
     seen: dict = {"attempts": [], "alive_at_release": [], "alive_at_attempt": []}
     monkeypatch.setattr(gpu, "resolve_wanted", lambda config, n, wanted: {})
+    monkeypatch.setattr(gpu, "OUTPUT_WAIT_S", 0.05)
     ex = gpu.GpuExecutor.__new__(gpu.GpuExecutor)
-    ex.cp = SimpleNamespace(cuda=SimpleNamespace(memory=SimpleNamespace(OutOfMemoryError=FakeOutOfMemory)))
+    pool = pool or Pool(96 << 20)
+    ex.cp = SimpleNamespace(
+        cuda=SimpleNamespace(memory=SimpleNamespace(OutOfMemoryError=FakeOutOfMemory)),
+        get_default_memory_pool=lambda: pool,
+    )
     ex.device = SimpleNamespace(id=0)
     ex.config = None
     ex.pool_limit_mb = 100
@@ -77,3 +99,21 @@ def test_a_batch_that_never_fits_is_resource_exhausted_holding_nothing(monkeypat
     assert seen["alive_at_release"] == [0, 0] and seen["alive_at_attempt"] == [0, 0]
     assert e.value.__context__ is None and e.value.__cause__ is None
     assert all(r() is None for r in seen["attempts"])  # while the error lives (the model keeps it per request)
+
+
+def test_a_batch_waits_for_earlier_outputs_to_come_back(monkeypatch):
+    """The pool is full of earlier batches' outputs, which Triton releases a moment later: the third attempt fits."""
+    pool = Pool(96 << 20, returned=10 << 20)
+    ex, seen = executor(monkeypatch, fits_on_attempt=3, pool=pool)
+    assert ex.run([b"x"] * 8) == "result"
+    assert len(seen["attempts"]) == 3 and seen["alive_at_attempt"] == [0, 0, 0]
+    assert pool.polls > 3
+
+
+def test_the_wait_for_memory_is_bounded(monkeypatch):
+    pool = Pool(96 << 20)  # nothing comes back
+    ex, seen = executor(monkeypatch, fits_on_attempt=None, pool=pool)
+    t0 = time.monotonic()
+    with pytest.raises(ResourceExhausted):
+        ex.run([b"x"] * 8)
+    assert 0.05 <= time.monotonic() - t0 < 1.0 and len(seen["attempts"]) == 2

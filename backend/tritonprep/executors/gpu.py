@@ -55,6 +55,9 @@ log = logging.getLogger(__name__)
 
 #: the largest pinned staging buffer kept between calls (bigger uploads get a temporary one)
 STAGING_KEEP_BYTES = 64 << 20
+#: the longest a batch waits, out of GPU memory, for memory held by earlier batches' outputs to come back
+#: (Triton keeps an output until the next step has read it), seconds; then it is refused
+OUTPUT_WAIT_S = 1.0
 #: what nvJPEG's hardware decoder holds per preallocated pixel (its RGB output buffers), bytes
 HW_PREALLOC_BYTES_PER_PIXEL = 3
 
@@ -271,12 +274,17 @@ class GpuExecutor:
         oom = self.cp.cuda.memory.OutOfMemoryError
         with cuda_fault_guard(self.device.id, "the GPU executor", probe=self.check_context):
             error = ""
-            for _ in range(2):  # once more with what the pool caches in blocks of other sizes freed
+            deadline = None
+            while True:  # once more at once with the pool's cached blocks freed, then as earlier outputs come back
                 try:
                     return self._run(images, rows)
                 except oom as e:
                     error = str(e)  # the message only: the exception's traceback holds the attempt's arrays
                 self._free_failed_attempt()  # out of the except block, so that the attempt's arrays can go
+                if deadline is None:
+                    deadline = time.monotonic() + OUTPUT_WAIT_S
+                elif not self._memory_came_back(deadline):
+                    break
             raise ResourceExhausted(
                 f"{len(images)} image(s) do not fit in this instance's GPU memory"
                 + (f" (gpu_memory_mb caps its CuPy pool at {self.pool_limit_mb} MiB)" if self.pool_limit_mb else "")
@@ -289,6 +297,17 @@ class GpuExecutor:
         blocks back to the driver, so that a retry (here, or the model's request by request) starts clean."""
         gc.collect()
         self._release_pools()
+
+    def _memory_came_back(self, deadline: float) -> bool:
+        """Wait until the pool holds less than now (earlier batches' outputs released by Triton) or ``deadline``
+        passes; whether it did."""
+        pool = self.cp.get_default_memory_pool()
+        held = pool.used_bytes()
+        while time.monotonic() < deadline:
+            time.sleep(0.002)
+            if pool.used_bytes() < held:
+                return True
+        return False
 
     def check_context(self) -> None:
         """Raise CuPy's CUDA error if this process's context holds a sticky error."""
