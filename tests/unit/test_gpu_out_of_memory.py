@@ -1,6 +1,6 @@
 """The GPU executor's answer to running out of GPU memory, without a GPU: a batch that does not fit is tried
 once more with the pool's cached blocks freed, then again each time memory held elsewhere (earlier batches'
-outputs, until Triton releases them) comes back, for up to OUTPUT_WAIT_S; then it fails with ResourceExhausted
+outputs on their way to Triton, for one) comes back, for up to OUTPUT_WAIT_S; then it fails with ResourceExhausted
 (the model retries it request by request). Each retry, and the model's, must start without the failed
 attempt's arrays: they are freed before the pool is released, and the error carries no traceback that would
 keep them."""
@@ -102,7 +102,7 @@ def test_a_batch_that_never_fits_is_resource_exhausted_holding_nothing(monkeypat
 
 
 def test_a_batch_waits_for_earlier_outputs_to_come_back(monkeypatch):
-    """The pool is full of earlier batches' outputs, which Triton releases a moment later: the third attempt fits."""
+    """The pool is full of memory held elsewhere, which comes back a moment later: the third attempt fits."""
     pool = Pool(96 << 20, returned=10 << 20)
     ex, seen = executor(monkeypatch, fits_on_attempt=3, pool=pool)
     assert ex.run([b"x"] * 8) == "result"

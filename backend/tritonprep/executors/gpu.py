@@ -55,8 +55,8 @@ log = logging.getLogger(__name__)
 
 #: the largest pinned staging buffer kept between calls (bigger uploads get a temporary one)
 STAGING_KEEP_BYTES = 64 << 20
-#: the longest a batch waits, out of GPU memory, for memory held by earlier batches' outputs to come back
-#: (Triton keeps an output until the next step has read it), seconds; then it is refused
+#: the longest a batch waits, out of GPU memory, for memory held elsewhere in the process to come back (on the
+#: H100 it did within the second under load: earlier batches' outputs on their way to Triton, for one), seconds
 OUTPUT_WAIT_S = 1.0
 #: what nvJPEG's hardware decoder holds per preallocated pixel (its RGB output buffers), bytes
 HW_PREALLOC_BYTES_PER_PIXEL = 3
@@ -299,7 +299,7 @@ class GpuExecutor:
         self._release_pools()
 
     def _memory_came_back(self, deadline: float) -> bool:
-        """Wait until the pool holds less than now (earlier batches' outputs released by Triton) or ``deadline``
+        """Wait until the pool holds less than now (memory released elsewhere in the process) or ``deadline``
         passes; whether it did."""
         pool = self.cp.get_default_memory_pool()
         held = pool.used_bytes()
