@@ -195,6 +195,20 @@ def test_the_summary_reads_the_first_setting():
     assert summary_lines([], {}) == []
 
 
+def test_classify_against_its_stages_taking_turns():
+    """prep_sink 24,000 and the network 16,000 alone: taking turns they would give 9,600; classify at 12,000 is
+    1.25x that and 0.75x the network alone, the preprocessing adding 20.8 us/image to the network's 62.5."""
+    rows, _ = mps_run()
+    rows[0]["images_per_s"] = 16_000
+    rows += [triton_row("mps on", "prep_sink", 8, 64, 24_000), triton_row("mps on", "classify", 8, 32, 12_000)]
+    line = next(x for x in summary_lines(rows, {}) if "taking turns" in x)
+    assert line.startswith("- classify at 8 image(s)/request: 12,000 img/s = 1.25x the bound of its stages taking ")
+    assert "(9,600: prep_sink 24,000, network alone 16,000), 0.75x the network alone" in line
+    assert "adds 20.8 us/image of GPU time beside the network's 62.5 (0.8x the network alone allows 15.6)" in line
+    no_network = [r for r in rows if r["kind"] != "classifier"]
+    assert not any("taking turns" in x for x in summary_lines(no_network, {}))  # no network alone: no line
+
+
 def test_instance_counts_ranked():
     rows = []
     for label, r8, r32 in (

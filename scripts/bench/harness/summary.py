@@ -75,6 +75,27 @@ def _classify(rows: list[dict]) -> list[str]:
                     f"- {cfg} at {n} image(s)/request: **{r['images_per_s']:,.0f} img/s** (c={r['concurrency']}, "
                     f"p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms){ratio}"
                 )
+    return lines + _sharing(rows, alone)
+
+
+def _sharing(rows: list[dict], alone: dict | None) -> list[str]:
+    """``classify`` against the bound of its two GPU stages taking turns (1/(1/prep_sink + 1/network)) and against
+    the network alone, and the GPU time per image the preprocessing adds beside the network's."""
+    lines = []
+    for n in (8, 32):
+        whole = best(rows, **MAIN, config="classify", images_per_request=n)
+        prep = best(rows, **MAIN, config="prep_sink", images_per_request=n)
+        if not (whole and prep and alone):
+            continue
+        c, p, net = whole["images_per_s"], prep["images_per_s"], alone["images_per_s"]
+        turns = 1 / (1 / p + 1 / net)
+        added, allowed = 1e6 / c - 1e6 / net, 1e6 / (0.8 * net) - 1e6 / net
+        lines.append(
+            f"- classify at {n} image(s)/request: {c:,.0f} img/s = {c / turns:.2f}x the bound of its stages taking "
+            f"turns ({turns:,.0f}: prep_sink {p:,.0f}, network alone {net:,.0f}), {c / net:.2f}x the network alone; "
+            f"the preprocessing adds {added:.1f} us/image of GPU time beside the network's {1e6 / net:.1f} "
+            f"(0.8x the network alone allows {allowed:.1f})"
+        )
     return lines
 
 
