@@ -60,7 +60,7 @@ class BucketPlan:
         self.buckets = tuple(buckets)
         self.largest = self.buckets[-1]
         self.measured = seconds is not None
-        #: the time of each bucket the plan uses (seconds; unmeasured: proportional to the size, for seconds_for)
+        #: the time of each bucket the plan uses (seconds; unmeasured: proportional to the size)
         self.seconds = tuple(consistent(self.buckets, seconds if seconds is not None else self.buckets))
         # the least time to cover m images, for m up to twice the largest bucket; above, the largest runs first
         self._limit = 2 * self.largest
@@ -88,10 +88,6 @@ class BucketPlan:
             out.append(self._first[n])
             n -= self._first[n]
         return sorted(out, reverse=True)
-
-    def seconds_for(self, n: int) -> float:
-        """The planned time of ``n`` images (the buckets' times, without the chunks' overhead)."""
-        return sum(self.seconds[self.buckets.index(size)] for size in self.chunks(n))
 
     def describe(self) -> str:
         """The buckets' times for the log, e.g. ``8: 0.62 ms, 64: 4.10 ms``."""

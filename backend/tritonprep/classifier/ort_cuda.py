@@ -370,10 +370,10 @@ class OrtCudaRuntime:
                 self._run_bucket(bucket, cap)
                 self.timings[f"capture_b{bucket.size}"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        by_size = {bucket.size: bucket for bucket in self._buckets}
 
         def run(size: int) -> None:
-            by_size[size].session.run_with_iobinding(by_size[size].binding)
+            bucket = self._bucket(size)
+            bucket.session.run_with_iobinding(bucket.binding)
             self.stream.synchronize()
 
         sizes = [bucket.size for bucket in self._buckets]

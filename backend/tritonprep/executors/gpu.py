@@ -18,8 +18,9 @@ failures are logged counted, at most once a minute per kind (:mod:`tritonprep.de
 With a ``gpu_memory_mb`` budget (:mod:`tritonprep.memory`) the executor caps CuPy's memory pool to
 it, less the CUDA context and the hardware decoders' preallocated buffers, and the decoded images
 its decoders keep for reuse to a quarter of that; a batch that does not fit is tried once more with
-the pool's cached blocks freed, then raises :class:`~tritonprep.errors.ResourceExhausted` (the model
-retries it request by request) instead of the process running out of memory. Before each retry the
+the pool's cached blocks freed, then again each time the pool shrinks within ``OUTPUT_WAIT_S``, then
+raises :class:`~tritonprep.errors.ResourceExhausted` (the model retries it request by request)
+instead of the process running out of memory. Before each retry the
 failed attempt's arrays are collected (its exception's traceback, held inside an ``except`` block or
 in a reference cycle, would keep them, and every retry would then fail too).
 :attr:`GpuExecutor.timings` holds the start-up phases' seconds and :meth:`GpuExecutor.close` releases
@@ -275,7 +276,7 @@ class GpuExecutor:
         with cuda_fault_guard(self.device.id, "the GPU executor", probe=self.check_context):
             error = ""
             deadline = None
-            while True:  # once more at once with the pool's cached blocks freed, then as earlier outputs come back
+            while True:  # once more at once with the pool's cached blocks freed, then each time the pool shrinks
                 try:
                     return self._run(images, rows)
                 except oom as e:
