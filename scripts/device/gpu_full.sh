@@ -14,16 +14,18 @@
 #     startstop   the default GPU repository started $STARTS times (default 3) through the launcher: launch to ready,
 #                 the instances' start-up breakdown (their reports' timings), GPU memory at ready and under load (first
 #                 start), stop time, exit code, the watchdog's kills (python -m scripts.bench.harness --phase startstop)
+#     gputime     where the GPU's time goes, in one process (python -m scripts.bench.gpu_time): the preprocessing's and
+#                 the network's kernels by CUPTI (the machine's torch profiler), and the two stages side by side
 #     harness     python -m scripts.bench.harness --phase $PHASES (tune, main, classify, fused, instances, analyze,
 #                 soak, startstop), e.g. HARNESS_ARGS="--mps on,off" or "--gpu-memory-budget 16G,off"
 #   Both harness steps write into /tmp/bench, which keeps what earlier calls measured while the machine stays warm
 #   (results.md is rebuilt from all of it; BENCH_FRESH=1 starts it over).
 #   After each step, python -m scripts.leftovers checks that no tritonprep process, /dev/shm region, CUDA context
 #   or GPU memory above the baseline taken before the first step is left ($OUT/leftovers.txt: "clean" or "LEFTOVERS").
-#   TEST_FILES, TEST_TIMEOUT, MEMORY_ARGS, MEMORY_TIMEOUT, PHASES, HARNESS_ARGS (split on spaces: no quotes inside), DALI_ARGS (the harness's
+#   TEST_FILES, TEST_TIMEOUT, MEMORY_ARGS, MEMORY_TIMEOUT, GPUTIME_ARGS, GPUTIME_TIMEOUT, PHASES, HARNESS_ARGS (split on spaces: no quotes inside), DALI_ARGS (the harness's
 #   --dali-args, spaces allowed), SOAK_SECONDS, BENCH_TIMEOUT, STARTS, STARTSTOP_ARGS, STARTSTOP_TIMEOUT,
 #   BENCH_FRESH, BENCH_SEED (a carried folder with rows.json and summary.json): knobs of the steps above.
-#   Files back (at most 8): pytest-gpu.txt, grid.json, memory.jsonl, classifier.jsonl, results.md, summary.json,
+#   Files back (at most 8): pytest-gpu.txt, grid.json, memory.jsonl, classifier.jsonl, gpu_time.jsonl, results.md, summary.json,
 #   leftovers.txt, results.tgz (everything else, results.csv, rows.json and the server logs included).
 #
 # Wheels (staged with ../shared/device/stage-wheels, one device call per batch):
@@ -103,6 +105,14 @@ if step classifier; then
   echo "torch rc=$?"; cat /tmp/steps/torch.jsonl; tail -3 /tmp/steps/torch.log
   cat /tmp/steps/classifier.jsonl /tmp/steps/torch.jsonl > "$OUT/classifier.jsonl"
   leftovers classifier
+fi
+if step gputime; then
+  [ -d /tmp/jpegs-500x375 ] || python3 -m scripts.bench_images --size 500x375 --count 256 --out /tmp/jpegs-500x375 > /dev/null 2>&1
+  timeout ${GPUTIME_TIMEOUT:-240} python3 -m scripts.bench.gpu_time --images /tmp/jpegs-500x375 --out /tmp/steps/gpu_time.jsonl \
+    --torch-site /opt/torch/.venv/lib/python3.12/site-packages ${GPUTIME_ARGS:-} > /tmp/steps/gpu_time.log 2>&1
+  echo "gputime rc=$?"; grep -v "^{" /tmp/steps/gpu_time.log | tail -6; cut -c1-1500 /tmp/steps/gpu_time.jsonl
+  cp /tmp/steps/gpu_time.jsonl "$OUT/" 2>/dev/null
+  leftovers gputime
 fi
 [ "${BENCH_FRESH:-0}" = 1 ] && rm -rf /tmp/bench
 # a cold machine: start from an earlier call's rows and summary (bench/ of its results.tgz, carried), so that its

@@ -95,6 +95,11 @@ def build_parser() -> argparse.ArgumentParser:
         'classify_fused=2,4" (every combination is served); default: the shipped counts',
     )
     parser.add_argument(
+        "--instance-models",
+        default="classify,classify_fused",
+        help="instances phase: the models measured on each combination (comma list of classify, classify_fused)",
+    )
+    parser.add_argument(
         "--mps-threads",
         default="",
         help="instances phase: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE values for the server, e.g. 100,50 (another axis; "

@@ -4,8 +4,8 @@ Serves a benchmark copy of the repository for every combination of ``--instances
 ``"preprocess=2,4;classifier=1,2;postprocess=1,4;classify_fused=2,4"``; a model not named keeps its
 shipped count) and of ``--mps-threads`` (``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` in the server's
 environment: each MPS client's share of the SMs; it only matters under MPS, so run the phase with
-``--mps on``), and measures ``classify`` and ``classify_fused`` at 8 images/request (c=64) and 32 (c=16)
-on each. The report ranks the combinations per model.
+``--mps on``), and measures ``classify`` and ``classify_fused`` (``--instance-models``) at 8
+images/request (c=64) and 32 (c=16) on each. The report ranks the combinations per model.
 """
 
 from __future__ import annotations
@@ -24,6 +24,15 @@ INSTANCE_POINTS = [(8, [64]), (32, [16])]
 MODELS = ("classify", "classify_fused")
 MPS_THREADS_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 _SHORT = {"preprocess": "p", "classifier": "c", "postprocess": "pp", "classify_fused": "f"}
+
+
+def models_of(args: argparse.Namespace) -> list[str]:
+    """The models ``--instance-models`` names (default: both), in :data:`MODELS` order."""
+    wanted = {m.strip() for m in (getattr(args, "instance_models", "") or ",".join(MODELS)).split(",") if m.strip()}
+    unknown = sorted(wanted - set(MODELS))
+    if unknown:
+        raise ValueError(f"--instance-models: unknown model(s) {unknown}; known: {', '.join(MODELS)}")
+    return [m for m in MODELS if m in wanted]
 
 
 def tag_of(counts: dict[str, int], percentage: int | None) -> str:
@@ -55,6 +64,6 @@ def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
         repo = make_repo(run.work / f"repo-{tag}", with_classify=True, with_sinks=False, counts=counts)
         with run.serve(tag, repo, setting, env=env) as srv:
             for n, conc in INSTANCE_POINTS:
-                for model in MODELS:
+                for model in models_of(args):
                     run.sweep(f"{model} {label_of(counts, percentage)}", srv, model, [n], conc, kind="instances",
                               instances=instances_label(counts), mps_threads=percentage or "")  # fmt: skip

@@ -1,0 +1,44 @@
+"""scripts.bench.gpu_time's arithmetic on a CUPTI trace (the GPU parts run on the GPU machine only)."""
+
+from __future__ import annotations
+
+import pytest
+
+from scripts.bench.gpu_time import shipped_parameters, summarize_trace, union_us
+
+
+def test_union_merges_overlapping_and_nested_intervals() -> None:
+    assert union_us([(0, 10), (5, 15), (6, 7), (20, 25)]) == 20
+    assert union_us([]) == 0
+
+
+def test_trace_summary_per_image() -> None:
+    events = [
+        {"ph": "X", "cat": "kernel", "name": "resize", "ts": 0, "dur": 30, "args": {"est. achieved occupancy %": 50}},
+        {"ph": "X", "cat": "kernel", "name": "resize", "ts": 100, "dur": 10, "args": {"est. achieved occupancy %": 90}},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)", "ts": 20, "dur": 20},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 0, "dur": 500},  # host side: not counted
+    ]
+    s = summarize_trace(events, images=10, wall_s=0.001)
+    assert s["wall_us_per_image"] == 100
+    assert s["gpu_busy_us_per_image"] == 5  # [0, 40] and [100, 110]
+    assert s["sum_us_per_image"] == {"kernel": 4, "gpu_memcpy": 2}
+    top = s["by_name"][0]
+    assert (top["name"], top["us_per_image"], top["calls"], top["occupancy_pct"]) == ("resize", 4, 2, 60)
+
+
+def test_shipped_parameters_read_the_gpu_config() -> None:
+    params = shipped_parameters()
+    assert params["resize_shorter"] == "256"
+    assert params["EMBED_PIXELS.interpolation"] == "bicubic"
+
+
+def test_instance_models_option() -> None:
+    import argparse
+
+    from scripts.bench.harness.phases.instances import models_of
+
+    assert models_of(argparse.Namespace(instance_models="classify")) == ["classify"]
+    assert models_of(argparse.Namespace(instance_models="classify_fused, classify")) == ["classify", "classify_fused"]
+    with pytest.raises(ValueError, match="unknown model"):
+        models_of(argparse.Namespace(instance_models="classifier"))
