@@ -16,6 +16,7 @@ its own (:class:`~tritonprep.triton.isolation.RequestIsolation`).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ from ..classifier.runtimes import Runtime, RuntimeOptions, load_runtime
 from ..triton.health import report_loaded
 from ..triton.isolation import RequestIsolation, row_batched
 from ..triton.pb import model_config, output_dims, parameters
+from ..triton.profiling import PhaseTimer
 from ..triton.tensors import input_array, named_tensors, output_tensor, placement, requested_outputs, to_numpy
 
 log = logging.getLogger(__name__)
@@ -85,7 +87,8 @@ class ClassifierModel:
             ", ".join(self.offered),
         )
         self._placement_logged = False
-        self.requests = RequestIsolation(args["model_name"], self.read, [self.run], named_tensors)
+        self.timer = PhaseTimer(args["model_instance_name"])  # logs phase times with TRITONPREP_PROFILE=1
+        self.requests = RequestIsolation(args["model_name"], self.read, [self.run], named_tensors, timer=self.timer)
 
     def execute(self, requests: Sequence[Any]) -> list[Any]:
         """One response per request, whatever happens."""
@@ -101,10 +104,13 @@ class ClassifierModel:
     def run(self, inputs: Sequence[NetworkInput]) -> list[dict[str, Any]]:
         """The network over every request's images at once, then only the outputs some request asked for:
         the top-k where the logits are (a few bytes an image leave the GPU), the logits copied to the host."""
+        t0 = time.perf_counter()
         logits = self.runtime.infer_many([i.x for i in inputs])
+        t1 = time.perf_counter()
         wanted = frozenset().union(*(i.wanted for i in inputs))
         top = self.top_k(logits) if self.top_k is not None and wanted & set(TOP_K_OUTPUTS) else None
         host = to_numpy(logits) if LOGITS in wanted else None
+        self.timer.add(sum(len(i) for i in inputs), network=t1 - t0, top_k=time.perf_counter() - t1)
         results, start = [], 0
         for i in inputs:
             stop = start + len(i)

@@ -64,7 +64,7 @@ def rows_table(rows: list[dict]) -> list[str]:
             f"| {r.get('images_per_request', r.get('batch', ''))} "
             f"| {r.get('concurrency', '')} | {r['images_per_s']:,.0f} | {r.get('p50_ms', r.get('latency_ms', 0)):.2f} "
             f"| {r.get('p99_ms', 0):.2f} | {r.get('server_queue_ms', 0):.2f} | {r.get('server_compute_ms', 0):.2f} "
-            f"| {r.get('composing', '')} |"
+            f"| {'; '.join(x for x in (r.get('composing', ''), r.get('executes', '')) if x)} |"
         )
     return lines
 
