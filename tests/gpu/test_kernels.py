@@ -1,4 +1,5 @@
-"""The fused resize/crop/normalize kernel against the CPU executor (Pillow), on real photos."""
+"""The fused resize/crop/normalize kernel against the CPU executor (Pillow), on real photos; the softmax/top-k
+kernel against the host's NumPy top-k."""
 
 from __future__ import annotations
 
@@ -96,3 +97,43 @@ def test_one_launch_over_many_variable_sizes(cp, photos):
     assert not np.isnan(got).any()
     worst_fraction = min(agreement(g, cpu_preprocess(RAW, a))[0] for g, a in zip(got, arrays))
     assert worst_fraction >= 0.999
+
+
+# ------------------------------------------------------------------ softmax / top-k
+@pytest.mark.parametrize(("rows", "classes", "k"), [(1, 1000, 5), (200, 1000, 5), (3, 7, 7), (0, 1000, 5), (5, 10, 1)])
+def test_softmax_top_k_kernel_is_the_host_top_k(cp, rows, classes, k):
+    from tritonprep.classifier.postprocess import top_k
+    from tritonprep.kernels.launch import softmax_top_k
+
+    logits = np.random.default_rng(rows + classes).standard_normal((rows, classes)).astype(np.float32) * 4
+    scores, ids = softmax_top_k(cp.asarray(logits), k)
+    want_scores, want_ids = top_k(logits, k)
+    assert scores.shape == ids.shape == (rows, k) and scores.dtype == np.float32 and ids.dtype == np.int32
+    np.testing.assert_array_equal(ids, want_ids)
+    np.testing.assert_allclose(scores, want_scores, rtol=1e-5, atol=1e-7)
+
+
+def test_softmax_top_k_kernel_breaks_ties_to_the_lower_id_and_ranks_nan_last(cp):
+    from tritonprep.kernels.launch import softmax_top_k
+
+    logits = np.zeros((2, 300), np.float32)
+    logits[0, [250, 7, 120]] = 3.0  # a three-way tie at the top, then 297 equal others
+    logits[1, :] = -1.0
+    logits[1, 5] = np.nan
+    logits[1, 9] = 2.0
+    scores, ids = softmax_top_k(cp.asarray(logits), 5)
+    assert ids[0].tolist() == [7, 120, 250, 0, 1]
+    assert scores[0, 0] == scores[0, 1] == scores[0, 2] > scores[0, 3]
+    assert ids[1].tolist() == [9, 0, 1, 2, 3]  # the NaN class never outranks a number
+
+
+def test_top_k_beyond_the_kernel_uses_the_host(cp):
+    from tritonprep.classifier.postprocess import TopK
+    from tritonprep.kernels.launch import TOP_K_MAX
+
+    logits = np.random.default_rng(1).standard_normal((4, 1000)).astype(np.float32)
+    top = TopK(TOP_K_MAX + 1)
+    scores, ids = top(cp.asarray(logits))
+    want_scores, want_ids = top(logits)
+    np.testing.assert_array_equal(ids, want_ids)
+    np.testing.assert_allclose(scores, want_scores, rtol=1e-6)

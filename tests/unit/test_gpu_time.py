@@ -44,22 +44,20 @@ def test_instance_models_option() -> None:
         models_of(argparse.Namespace(instance_models="classifier"))
 
 
-def _stats(executes: int, images: int, infer_ns: int, requests: int) -> dict:
-    part = {"count": requests, "ns": infer_ns}
-    zero = {"count": requests, "ns": 0}
-    return {
-        "execution_count": executes,
-        "inference_count": images,
-        "inference_stats": {"compute_input": zero, "compute_infer": part, "compute_output": zero},
-    }
+def _stats(executes: int, images: int, infer_ns: int) -> dict:
+    """Triton's statistics of a model whose executes all had batch size 100 (batch_stats count executes)."""
+    zero = {"count": executes, "ns": 0}
+    batch = {"batch_size": 100, "compute_input": zero, "compute_infer": {"count": executes, "ns": infer_ns},
+             "compute_output": zero}  # fmt: skip
+    return {"execution_count": executes, "inference_count": images, "batch_stats": [batch]}
 
 
 def test_executes_summary_between_two_snapshots() -> None:
     from scripts.perf_sweep import executes_summary
 
-    before = {"classifier": _stats(10, 1000, 10_000_000, 100), "idle": _stats(3, 3, 0, 3)}
-    after = {"classifier": _stats(20, 3000, 210_000_000, 300), "idle": _stats(3, 3, 0, 3)}
-    # 10 executes of 200 images; 200 requests took 200 ms of compute infer between the snapshots
+    before = {"classifier": _stats(10, 1000, 10_000_000), "idle": _stats(3, 3, 0)}
+    after = {"classifier": _stats(20, 3000, 210_000_000), "idle": _stats(3, 3, 0)}
+    # 10 executes of 200 images between the snapshots took 200 ms of compute infer: 20 ms each
     assert executes_summary(before, after, ["classifier", "idle", "absent"]) == (
-        "classifier: 200.0 img/execute, compute in 0.00 / infer 1.00 / out 0.00 ms"
+        "classifier: 200.0 img/execute, compute in 0.00 / infer 20.00 / out 0.00 ms"
     )

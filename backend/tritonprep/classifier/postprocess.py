@@ -3,7 +3,7 @@
 :class:`TopK` is what the ``postprocess`` model, the ``classifier`` model and ``classify_fused`` answer:
 ``SCORES``, ``CLASS_IDS`` and ``LABELS``, ``k`` each per image, ``k`` read from the model config's output
 dims. It runs where the logits are: NumPy for host logits, CuPy on the GPU for a GPU runtime's (softmax
-and the sort stay on the device; only the ``k`` scores and ids per image come to the host).
+and the selection stay on the device, one kernel; only the ``k`` scores and ids per image come to the host).
 """
 
 from __future__ import annotations
@@ -49,19 +49,17 @@ def top_k(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def top_k_on_device(logits: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`top_k` of CuPy ``logits`` on their GPU (float32 softmax, a stable sort by descending probability);
-    host arrays of the ``k`` probabilities (float32) and class ids (int32) per row, best first."""
-    import cupy as cp
+    """:func:`top_k` of CuPy ``logits`` on their GPU: host arrays of the ``k`` probabilities (float32) and class ids
+    (int32) per row, best first. One kernel (:func:`tritonprep.kernels.launch.softmax_top_k`: float32 softmax, ties
+    to the lower id, as the host's stable sort) and one copy to the host, on the current stream."""
+    from ..kernels.launch import TOP_K_MAX, softmax_top_k
 
+    k = min(k, logits.shape[-1])
+    if k > TOP_K_MAX:  # more than the kernel selects: the host's sort (k that large is rare, its copy is cheap)
+        scores, ids = top_k(logits.get(), k)
+        return scores, ids.astype(np.int32)
     with logits.device:
-        z = logits.astype(cp.float32)
-        z -= z.max(axis=-1, keepdims=True)
-        e = cp.exp(z)
-        probs = e / e.sum(axis=-1, keepdims=True)
-        k = min(k, probs.shape[-1])
-        idx = cp.argsort(-probs, axis=-1)[..., :k]
-        scores = cp.take_along_axis(probs, idx, axis=-1)
-        return cp.asnumpy(scores), cp.asnumpy(idx.astype(cp.int32))
+        return softmax_top_k(logits, k)
 
 
 class TopK:

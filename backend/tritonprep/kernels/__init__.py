@@ -1,4 +1,5 @@
-"""CUDA kernels of the GPU executor; owns every line of device code and how it is launched.
+"""CUDA kernels: the GPU executor's preprocessing and the classifier's softmax/top-k; owns every line of device
+code and how it is launched.
 
 * ``*.cu`` - the CUDA sources (package data), the only place device code lives;
 * :mod:`.layout` - the per-image metadata the kernels read: one table, used by the launcher
@@ -6,6 +7,6 @@
 * :mod:`.launch` - compiles each source once per device and option set (``cupy.memoize``,
   plus CuPy's on-disk cache) and launches it.
 
-The kernels know nothing of specs, decoders or Triton: they take device pointers, plain
-numbers and flags.
+The kernels know nothing of specs, decoders, networks or Triton: they take device pointers (or CuPy
+arrays), plain numbers and flags.
 """

@@ -97,6 +97,35 @@ def resize_normalize(
         )
 
 
+#: threads per block of the softmax/top-k kernel (one block per row of logits)
+TOP_K_THREADS = 128
+#: the largest k the kernel selects (its shared list of chosen ids)
+TOP_K_MAX = 64
+
+
+@cupy.memoize(for_each_device=True)
+def _softmax_top_k_kernel() -> cupy.RawKernel:
+    options = ("--std=c++14", f"-DTOPK_THREADS={TOP_K_THREADS}")
+    module = cupy.RawModule(code=_source("softmax_top_k.cu"), options=options)
+    return module.get_function("tritonprep_softmax_top_k")
+
+
+def softmax_top_k(logits: cupy.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` best probabilities (float32) and class ids (int32) of each row of ``logits``, best first, ties to
+    the lower id, as host arrays: one launch and one copy to the host, on the current stream (synchronized)."""
+    if logits.ndim != 2 or logits.shape[1] < 1:
+        raise ValueError(f"logits must be a 2-D batch of rows, got shape {logits.shape}")
+    rows, classes = logits.shape
+    if not 1 <= k <= min(TOP_K_MAX, classes):
+        raise ValueError(f"k must be 1..{min(TOP_K_MAX, classes)} for {classes} classes, got {k}")
+    x = cupy.ascontiguousarray(logits, dtype=cupy.float32)
+    out = cupy.empty((rows, 2, k), dtype=cupy.float32)
+    if rows:
+        _softmax_top_k_kernel()((rows,), (TOP_K_THREADS,), (x, out, np.int32(classes), np.int32(k)))
+    host = out.get()
+    return np.ascontiguousarray(host[:, 0]), np.ascontiguousarray(host[:, 1]).view(np.int32)
+
+
 def illegal_write(stream: cupy.cuda.Stream) -> None:
     """Fault injection only: poison this process's CUDA context with an illegal-address error."""
     kernel = cupy.RawModule(code=_source("fault.cu")).get_function("tritonprep_illegal_write")
