@@ -61,3 +61,24 @@ def test_executes_summary_between_two_snapshots() -> None:
     assert executes_summary(before, after, ["classifier", "idle", "absent"]) == (
         "classifier: 200.0 img/execute, compute in 0.00 / infer 20.00 / out 0.00 ms"
     )
+
+
+def test_classifier_batching_axis_drops_preferred_sizes_from_a_copy(tmp_path) -> None:
+    import argparse
+    import shutil
+
+    from scripts.bench.harness.phases.instances import batchings_of
+    from scripts.bench.harness.repos import without_preferred_batch_sizes
+    from tritonprep_testkit.servers import REPO
+
+    assert batchings_of(argparse.Namespace(classifier_batching="shipped,none")) == ["shipped", "none"]
+    with pytest.raises(ValueError, match="unknown value"):
+        batchings_of(argparse.Namespace(classifier_batching="off"))
+    model = tmp_path / "classifier"
+    shutil.copytree(REPO / "model_repository" / "classifier", model, ignore=shutil.ignore_patterns("*.onnx*", "1"))
+    shipped = (model / "configs" / "gpu.pbtxt").read_text()
+    assert "preferred_batch_size: [ 64, 128 ]" in shipped
+    without_preferred_batch_sizes(model)
+    text = (model / "configs" / "gpu.pbtxt").read_text()
+    assert "preferred_batch_size" not in text and "max_queue_delay_microseconds: 0" in text
+    assert (REPO / "model_repository" / "classifier" / "configs" / "gpu.pbtxt").read_text() == shipped

@@ -42,7 +42,8 @@ def test_fuzzing_finds_no_crash_and_no_hang(tmp_path):
     assert figures["crashes"] == 0, (tmp_path / "artifacts", r.stdout)
     assert figures["hangs_or_fuzzer_errors"] == 0, (tmp_path / "artifacts" / "libfuzzer.log").read_text()[-3000:]
     assert r.returncode == 0, r.stdout + r.stderr
-    assert figures["inputs_tried"] == RUNS
+    # libFuzzer runs the requested mutations; its count of executed units may add some of the seed corpus
+    assert RUNS <= figures["inputs_tried"] <= RUNS + figures["seeds"], figures
     # the mutations reach both outcomes, and rejecting is cheap in the typical case
     assert figures["rejected"] > RUNS / 4 and figures["decoded"] > 20
     assert figures["reject_ms_p50"] < figures["decode_ms_p50_valid_photos"]

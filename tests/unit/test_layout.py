@@ -28,7 +28,7 @@ ALLOWED = {
     "decode": {"errors", "spec", "cuda"},
     "kernels": {"cuda"},  # plain values only: no specs, decoders or Triton
     "executors": {"errors", "cuda", "spec", "geometry", "decode", "kernels", "memory", "cache"},
-    "classifier": {"errors", "cuda", "parameters", "memory", "cache"},
+    "classifier": {"errors", "cuda", "parameters", "memory", "cache", "kernels"},  # kernels: the GPU top-k
     "triton": {"errors", "cuda", "image_errors", "reports", "memory", "spec", "geometry", "executors"},
     "launcher": {"errors", "reports", "memory"},  # memory: the syntax of gpu_memory_mb, which the budget plans with
     # the one wiring of the request/response layer to the networks (classify_fused, classifier, embedder)

@@ -213,7 +213,11 @@ def test_the_classifier_gpu_config_changes_only_instances_and_batching():
     gpu = load_config(REPO / "classifier" / "configs" / "gpu.pbtxt")
     assert [g.kind for g in gpu.instance_group] == [model_config_pb2.ModelInstanceGroup.KIND_GPU]
     assert gpu.dynamic_batching.max_queue_delay_microseconds == 0
+    # preferred sizes are whole multiples of the largest batch bucket (full CUDA graphs under load)
+    largest = int(gpu.parameters["batch_buckets"].string_value.split(",")[-1])
+    assert list(gpu.dynamic_batching.preferred_batch_size) == [largest, 2 * largest]
     for cfg in (default, gpu):
         cfg.ClearField("instance_group")
         cfg.dynamic_batching.ClearField("max_queue_delay_microseconds")
+        cfg.dynamic_batching.ClearField("preferred_batch_size")
     assert default == gpu

@@ -7,8 +7,9 @@
 //           id as an int32 stored in the float's bits (one buffer: the host reads both with one copy)
 //
 // The probabilities are exp(x - max) / sum(exp(x - max)) in float32, like the NumPy reference
-// (tritonprep.classifier.postprocess.softmax); the ranking compares those probabilities, then ids (a NaN
-// probability ranks below every number).
+// (tritonprep.classifier.postprocess.softmax); the ranking compares those probabilities, then ids. A NaN
+// logit makes its row's sum NaN, so every probability of that row is NaN (as on the host) and ranks below
+// any number: such a row answers NaN scores for the lowest ids.
 // TOPK_THREADS threads per block (a power of two); k <= TOPK_MAX_K.
 
 #ifndef TOPK_THREADS

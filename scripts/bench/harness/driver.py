@@ -100,6 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="instances phase: the models measured on each combination (comma list of classify, classify_fused)",
     )
     parser.add_argument(
+        "--classifier-batching",
+        default="shipped",
+        help="instances phase: the classifier's preferred batch sizes, comma list of shipped, none (another axis)",
+    )
+    parser.add_argument(
         "--mps-threads",
         default="",
         help="instances phase: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE values for the server, e.g. 100,50 (another axis; "

@@ -71,6 +71,15 @@ def set_instance_count(model_dir: Path, count: int) -> None:
         cfg.write_text(text)
 
 
+def without_preferred_batch_sizes(model_dir: Path) -> None:
+    """Drop ``preferred_batch_size`` from every config of a copied model (the dynamic batcher then sends whatever
+    is queued); a linked config becomes a file of its own."""
+    for cfg in model_configs(model_dir):
+        text = re.sub(r"\n\s*preferred_batch_size: \[[^\]]*\]", "", cfg.read_text())
+        cfg.unlink()
+        cfg.write_text(text)
+
+
 def make_repo(
     dest: Path,
     *,

@@ -4,7 +4,8 @@ Serves a benchmark copy of the repository for every combination of ``--instances
 ``"preprocess=2,4;classifier=1,2;postprocess=1,4;classify_fused=2,4"``; a model not named keeps its
 shipped count) and of ``--mps-threads`` (``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` in the server's
 environment: each MPS client's share of the SMs; it only matters under MPS, so run the phase with
-``--mps on``), and measures ``classify`` and ``classify_fused`` (``--instance-models``) at 8
+``--mps on``) and of ``--classifier-batching`` (``shipped,none``: the classifier's preferred batch sizes kept
+or dropped), and measures ``classify`` and ``classify_fused`` (``--instance-models``) at 8
 images/request (c=64) and 32 (c=16) on each. The report ranks the combinations per model.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from ..repos import make_repo
+from ..repos import make_repo, without_preferred_batch_sizes
 from ..run import Run
 from ..settings import Setting, instance_grid, instances_label, parse_instances, parse_percentages
 
@@ -46,9 +47,23 @@ def label_of(counts: dict[str, int], percentage: int | None) -> str:
     return instances_label(counts) + (f", MPS threads {percentage} %" if percentage is not None else "")
 
 
-def plan(args: argparse.Namespace) -> list[tuple[dict[str, int], int | None]]:
-    """Every (instance counts, thread percentage) to serve, in order."""
-    return [(c, p) for c in instance_grid(parse_instances(args.instances)) for p in parse_percentages(args.mps_threads)]
+#: ``--classifier-batching`` values: the shipped config's preferred batch sizes, or none
+BATCHING = ("shipped", "none")
+
+
+def batchings_of(args: argparse.Namespace) -> list[str]:
+    """The ``--classifier-batching`` values, in the order given (default: the shipped config only)."""
+    values = [v.strip() for v in (getattr(args, "classifier_batching", "") or "shipped").split(",") if v.strip()]
+    unknown = sorted(set(values) - set(BATCHING))
+    if unknown:
+        raise ValueError(f"--classifier-batching: unknown value(s) {unknown}; known: {', '.join(BATCHING)}")
+    return values
+
+
+def plan(args: argparse.Namespace) -> list[tuple[dict[str, int], int | None, str]]:
+    """Every (instance counts, thread percentage, classifier batching) to serve, in order."""
+    counts, percentages = instance_grid(parse_instances(args.instances)), parse_percentages(args.mps_threads)
+    return [(c, p, b) for c in counts for p in percentages for b in batchings_of(args)]
 
 
 def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
@@ -58,12 +73,15 @@ def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
         log.warning("--mps-threads sets %s, which only an MPS client reads; this setting is %s", MPS_THREADS_ENV,
                     setting.label)  # fmt: skip
     log.info("instances phase (%s): %d server(s)", setting.label, len(combos))
-    for counts, percentage in combos:
-        tag = tag_of(counts, percentage)
+    for counts, percentage, batching in combos:
+        tag = tag_of(counts, percentage) + ("-nopref" if batching == "none" else "")
+        label = label_of(counts, percentage) + (", no preferred batch sizes" if batching == "none" else "")
         env = {MPS_THREADS_ENV: str(percentage)} if percentage is not None else None
         repo = make_repo(run.work / f"repo-{tag}", with_classify=True, with_sinks=False, counts=counts)
+        if batching == "none":
+            without_preferred_batch_sizes(repo / "classifier")
         with run.serve(tag, repo, setting, env=env) as srv:
             for n, conc in INSTANCE_POINTS:
                 for model in models_of(args):
-                    run.sweep(f"{model} {label_of(counts, percentage)}", srv, model, [n], conc, kind="instances",
+                    run.sweep(f"{model} {label}", srv, model, [n], conc, kind="instances",
                               instances=instances_label(counts), mps_threads=percentage or "")  # fmt: skip
