@@ -93,10 +93,9 @@ def test_top_k_reads_k_from_the_output_dims_and_names_the_classes():
     assert ids.dtype == np.int32 and ids.shape == (2, 3) and list(ids[:, 0]) == [285, 967]
     np.testing.assert_allclose(scores[:, 0], softmax(logits)[[0, 1], [285, 967]])
     out = top.outputs(scores, ids)
-    assert list(out) == ["SCORES", "CLASS_IDS", "LABELS"] and [row[0] for row in out["LABELS"]] == [
-        "Egyptian cat",
-        "espresso",
-    ]
+    assert list(out) == ["SCORES", "CLASS_IDS", "LABELS"] and out["LABELS"].shape == (2, 3)
+    assert out["LABELS"].dtype == np.object_ and [row[0] for row in out["LABELS"]] == [b"Egyptian cat", b"espresso"]
+    assert out["LABELS"][1, 1] == top.labels[ids[1, 1]].encode()
 
 
 @pytest.mark.parametrize(

@@ -70,6 +70,8 @@ class TopK:
             raise ConfigError(f"top-k needs k >= 1; the outputs {list(OUTPUTS)} have dims [{k}]")
         self.k = k
         self.labels = imagenet_labels()
+        #: the names as UTF-8 bytes, indexed by class id (a BYTES output is gathered from it, no per-name work)
+        self.label_bytes = np.array([name.encode() for name in self.labels], dtype=np.object_)
 
     @classmethod
     def from_output_dims(cls, dims: Mapping[str, Sequence[int]]) -> TopK:
@@ -91,6 +93,7 @@ class TopK:
         scores, ids = top_k(np.asarray(logits), self.k)
         return scores, ids.astype(np.int32)
 
-    def outputs(self, scores: np.ndarray, ids: np.ndarray) -> dict[str, np.ndarray | list[list[str]]]:
-        """``{output name: rows}`` of some rows of :meth:`__call__`'s result; ``LABELS`` as rows of names."""
-        return {"SCORES": scores, "CLASS_IDS": ids, "LABELS": [[self.labels[c] for c in row] for row in ids]}
+    def outputs(self, scores: np.ndarray, ids: np.ndarray) -> dict[str, np.ndarray]:
+        """``{output name: rows}`` of some rows of :meth:`__call__`'s result; ``LABELS`` as an object array of the
+        names' UTF-8 bytes (what a BYTES tensor holds)."""
+        return {"SCORES": scores, "CLASS_IDS": ids, "LABELS": self.label_bytes[ids]}

@@ -71,15 +71,21 @@ def output_tensor(name: str, array: Any) -> Any:
     return pb.Tensor.from_dlpack(name, array.__dlpack__(stream=-1))
 
 
-def bytes_tensor(name: str, rows: Sequence[Sequence[str]]) -> Any:
-    """A BYTES output tensor of UTF-8 strings (needs numpy < 2 in the stub: DLPack cannot carry BYTES)."""
+def bytes_tensor(name: str, rows: Sequence[Sequence[str]] | np.ndarray) -> Any:
+    """A BYTES output tensor of rows of strings, or of an object array of bytes (needs numpy < 2 in the stub:
+    DLPack cannot carry BYTES)."""
+    if isinstance(rows, np.ndarray):
+        return pb_utils().Tensor(name, rows)
     return pb_utils().Tensor(name, np.array([[s.encode() for s in row] for row in rows], dtype=np.object_))
 
 
 def named_tensors(outputs: Mapping[str, Any]) -> list[Any]:
-    """Output tensors of ``{name: array, or rows of strings (a list of lists) for a BYTES output}``."""
+    """Output tensors of ``{name: array, or rows of strings (a list of lists) or an object array of bytes for a
+    BYTES output}``."""
     return [
-        bytes_tensor(name, rows) if isinstance(rows, list) else output_tensor(name, rows)
+        bytes_tensor(name, rows)
+        if isinstance(rows, list) or (isinstance(rows, np.ndarray) and rows.dtype == np.object_)
+        else output_tensor(name, rows)
         for name, rows in outputs.items()
     ]
 
