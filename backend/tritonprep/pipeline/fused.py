@@ -46,6 +46,7 @@ from ..triton.isolation import RequestIsolation, row_batched
 from ..triton.pb import model_config, output_dims, parameters
 from ..triton.preprocess import Preprocessed, PreprocessStage, RequestImages
 from ..triton.tensors import named_tensors
+from .networks import warm_top_k
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +113,10 @@ class FusedClassifyModel:
                 shared_mb=prep_share,
                 meanwhile=self.prep.warm_up,
             )
-        except BaseException:  # the caller never gets this instance: release the preprocessing's GPU here
+            warm_top_k(self.top_k, self.runtime, spec.output_shape)
+        except BaseException:  # the caller never gets this instance: release its GPU here
+            if hasattr(self, "runtime"):
+                self.runtime.close()
             self.prep.close()
             raise
         self.requests = RequestIsolation(

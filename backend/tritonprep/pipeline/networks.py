@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..classifier.embedding import OUTPUT, as_embeddings, embedding_dtype, onnx_file
 from ..classifier.postprocess import OUTPUTS as TOP_K_OUTPUTS
 from ..classifier.postprocess import TopK
@@ -59,6 +61,13 @@ def load_network(args: Mapping[str, str], config: Mapping[str, Any], onnx_path: 
     return runtime
 
 
+def warm_top_k(top_k: TopK | None, runtime: Runtime, input_dims: Sequence[int]) -> None:
+    """One image of zeros through the network and the top-k, where both run on the GPU: the top-k kernel is
+    compiled (or read from CuPy's cache) while loading, not in the first request."""
+    if top_k is not None and runtime.on_gpu:
+        top_k(runtime.infer(np.zeros((1, *input_dims), np.float32)))
+
+
 @dataclass(frozen=True)
 class NetworkInput:
     """A request's images and the outputs it asked for."""
@@ -79,6 +88,11 @@ class ClassifierModel:
         # the top-k outputs where the config declares them (k from their dims)
         self.top_k = TopK.from_output_dims(dims) if any(name in dims for name in TOP_K_OUTPUTS) else None
         self.runtime = load_network(args, config, Path(args["model_repository"]) / args["model_version"] / "model.onnx")
+        try:
+            warm_top_k(self.top_k, self.runtime, [int(d) for d in config["input"][0]["dims"]])
+        except BaseException:  # the caller never gets this instance: release its GPU here
+            self.runtime.close()
+            raise
         self.offered = [name for name in dims if name == LOGITS or (self.top_k and name in TOP_K_OUTPUTS)]
         log.info(
             "classifier instance %s: runtime %s, outputs %s",
