@@ -218,8 +218,9 @@ def _split_ms(stats: dict, key: str) -> tuple[int, int]:
 
 
 def executes_summary(before: dict[str, dict], after: dict[str, dict], models: list[str]) -> str:
-    """Per model, between two :func:`model_stats` snapshots: images per execute and the mean compute split per
-    execute (Triton's compute input / infer / output from its per-batch-size statistics), e.g.
+    """Per model, between two :func:`model_stats` snapshots (taken around a whole perf_analyzer run: its warm-up
+    and every trial count): images per execute and the mean compute split per execute (Triton's compute input /
+    infer / output from its per-batch-size statistics), e.g.
     ``classifier: 125 img/execute, compute in 0.41 / infer 14.12 / out 2.10 ms``."""
     parts = []
     for name in models:

@@ -126,15 +126,21 @@ def test_softmax_top_k_kernel_breaks_ties_to_the_lower_id_and_keeps_nan(cp):
     assert scores[0, 0] == scores[0, 1] == scores[0, 2] > scores[0, 3]
     # a NaN logit makes the row's sum, so every probability, NaN (as the host's softmax does): ids in order
     assert np.isnan(scores[1]).all() and ids[1].tolist() == [0, 1, 2, 3, 4]
+    from tritonprep.classifier.postprocess import top_k
+
+    host_scores, host_ids = top_k(logits, 5)  # the host answers the same ids for ties and NaN rows
+    np.testing.assert_array_equal(ids, host_ids)
+    np.testing.assert_allclose(scores, host_scores, rtol=1e-5, equal_nan=True)
 
 
 def test_top_k_beyond_the_kernel_uses_the_host(cp):
-    from tritonprep.classifier.postprocess import TopK
+    from tritonprep.classifier.postprocess import TopK, softmax
     from tritonprep.kernels.launch import TOP_K_MAX
 
     logits = np.random.default_rng(1).standard_normal((4, 1000)).astype(np.float32)
-    top = TopK(TOP_K_MAX + 1)
-    scores, ids = top(cp.asarray(logits))
-    want_scores, want_ids = top(logits)
-    np.testing.assert_array_equal(ids, want_ids)
-    np.testing.assert_allclose(scores, want_scores, rtol=1e-6)
+    scores, ids = TopK(TOP_K_MAX + 1)(cp.asarray(logits))
+    probs = softmax(logits)
+    want = np.argsort(-probs, axis=-1, kind="stable")[:, : TOP_K_MAX + 1]  # an independent full sort
+    assert ids.dtype == np.int32 and ids.shape == (4, TOP_K_MAX + 1)
+    np.testing.assert_array_equal(ids, want)
+    np.testing.assert_allclose(scores, np.take_along_axis(probs, want, -1), rtol=1e-6)

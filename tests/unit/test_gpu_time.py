@@ -82,3 +82,14 @@ def test_classifier_batching_axis_drops_preferred_sizes_from_a_copy(tmp_path) ->
     text = (model / "configs" / "gpu.pbtxt").read_text()
     assert "preferred_batch_size" not in text and "max_queue_delay_microseconds: 0" in text
     assert (REPO / "model_repository" / "classifier" / "configs" / "gpu.pbtxt").read_text() == shipped
+
+
+def test_classifier_batching_refuses_a_preferred_line_it_cannot_read(tmp_path) -> None:
+    from scripts.bench.harness.repos import without_preferred_batch_sizes
+
+    (tmp_path / "config.pbtxt").write_text("dynamic_batching {\n  preferred_batch_size: 64\n}\n")
+    without_preferred_batch_sizes(tmp_path)  # a scalar is read and dropped
+    assert "preferred_batch_size" not in (tmp_path / "config.pbtxt").read_text()
+    (tmp_path / "config.pbtxt").write_text("dynamic_batching {\n  preferred_batch_size [ 64 ]\n}\n")
+    with pytest.raises(ValueError, match="cannot read"):
+        without_preferred_batch_sizes(tmp_path)

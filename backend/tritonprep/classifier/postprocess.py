@@ -39,13 +39,23 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 
 
 def top_k(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Probabilities and class indices of the ``k`` best classes per row, best first."""
+    """Probabilities and class indices of the ``k`` best classes per row, best first, ties to the lower index
+    (a NaN probability, which a NaN logit gives its whole row, ranks last): what the GPU kernel answers too.
+
+    A partition finds each row's k-th best; the rows where exactly ``k`` classes reach it (no tie at the cut,
+    the usual case) sort only those; the others sort the whole row, stably."""
     probs = softmax(logits)
     k = min(k, probs.shape[-1])
-    idx = np.argpartition(-probs, k - 1, axis=-1)[..., :k]
-    part = np.take_along_axis(probs, idx, axis=-1)
-    order = np.argsort(-part, axis=-1, kind="stable")
-    return np.take_along_axis(part, order, axis=-1), np.take_along_axis(idx, order, axis=-1)
+    rows = -probs.reshape(-1, probs.shape[-1])
+    kth = np.take_along_axis(rows, np.argpartition(rows, k - 1, axis=-1)[:, k - 1 : k], axis=-1)
+    reach = rows <= kth
+    exact = reach.sum(axis=-1) == k
+    idx = np.empty((len(rows), k), np.int64)
+    idx[exact] = np.nonzero(reach[exact])[1].reshape(-1, k)  # ascending ids: the stable sort below keeps ties so
+    idx[~exact] = np.argsort(rows[~exact], axis=-1, kind="stable")[:, :k]
+    idx = np.take_along_axis(idx, np.argsort(np.take_along_axis(rows, idx, -1), axis=-1, kind="stable"), -1)
+    shape = (*probs.shape[:-1], k)
+    return np.take_along_axis(-rows, idx, -1).reshape(shape), idx.reshape(shape)
 
 
 def top_k_on_device(logits: Any, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -105,7 +105,7 @@ TOP_K_MAX = 64
 
 @cupy.memoize(for_each_device=True)
 def _softmax_top_k_kernel() -> cupy.RawKernel:
-    options = ("--std=c++14", f"-DTOPK_THREADS={TOP_K_THREADS}")
+    options = ("--std=c++14", f"-DTOPK_THREADS={TOP_K_THREADS}", f"-DTOPK_MAX_K={TOP_K_MAX}")
     module = cupy.RawModule(code=_source("softmax_top_k.cu"), options=options)
     return module.get_function("tritonprep_softmax_top_k")
 

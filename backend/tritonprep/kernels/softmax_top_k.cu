@@ -10,12 +10,14 @@
 // (tritonprep.classifier.postprocess.softmax); the ranking compares those probabilities, then ids. A NaN
 // logit makes its row's sum NaN, so every probability of that row is NaN (as on the host) and ranks below
 // any number: such a row answers NaN scores for the lowest ids.
-// TOPK_THREADS threads per block (a power of two); k <= TOPK_MAX_K.
+// TOPK_THREADS threads per block (a power of two); k <= TOPK_MAX_K (both set by the launcher).
 
 #ifndef TOPK_THREADS
 #define TOPK_THREADS 128
 #endif
+#ifndef TOPK_MAX_K
 #define TOPK_MAX_K 64
+#endif
 
 struct Best {
     float p;

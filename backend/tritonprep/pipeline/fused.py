@@ -115,9 +115,11 @@ class FusedClassifyModel:
             )
             warm_top_k(self.top_k, self.runtime, spec.output_shape)
         except BaseException:  # the caller never gets this instance: release its GPU here
-            if hasattr(self, "runtime"):
-                self.runtime.close()
-            self.prep.close()
+            try:
+                if hasattr(self, "runtime"):
+                    self.runtime.close()
+            finally:
+                self.prep.close()
             raise
         self.requests = RequestIsolation(
             args["model_name"],

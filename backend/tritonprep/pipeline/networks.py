@@ -39,18 +39,27 @@ log = logging.getLogger(__name__)
 LOGITS = "logits"
 
 
-def load_network(args: Mapping[str, str], config: Mapping[str, Any], onnx_path: Path) -> Runtime:
-    """The instance's network on the best runtime for its kind and device, reported to the launcher."""
+def load_network(
+    args: Mapping[str, str], config: Mapping[str, Any], onnx_path: Path, top_k: TopK | None = None
+) -> Runtime:
+    """The instance's network on the best runtime for its kind and device (its ``top_k`` warmed on it, see
+    :func:`warm_top_k`), reported to the launcher."""
     max_batch = int(config["max_batch_size"])
     options = RuntimeOptions.from_parameters(parameters(config), max_batch)
+    dims = tuple(int(d) for d in config["input"][0]["dims"])
     runtime = load_runtime(
         onnx_path,
-        tuple(int(d) for d in config["input"][0]["dims"]),
+        dims,
         options=options,
         device_id=int(args["model_instance_device_id"]),
         use_gpu=args["model_instance_kind"] == "GPU",
         max_batch=max_batch,
     )
+    try:
+        warm_top_k(top_k, runtime, dims)
+    except BaseException:  # the caller never gets this runtime: release its GPU here
+        runtime.close()
+        raise
     report_loaded(
         args,
         runtime=runtime.name,
@@ -63,9 +72,12 @@ def load_network(args: Mapping[str, str], config: Mapping[str, Any], onnx_path: 
 
 def warm_top_k(top_k: TopK | None, runtime: Runtime, input_dims: Sequence[int]) -> None:
     """One image of zeros through the network and the top-k, where both run on the GPU: the top-k kernel is
-    compiled (or read from CuPy's cache) while loading, not in the first request."""
+    compiled (or read from CuPy's cache) while loading, not in the first request (``top_k_warm`` in the
+    runtime's timings)."""
     if top_k is not None and runtime.on_gpu:
+        t0 = time.perf_counter()
         top_k(runtime.infer(np.zeros((1, *input_dims), np.float32)))
+        runtime.timings["top_k_warm"] = time.perf_counter() - t0
 
 
 @dataclass(frozen=True)
@@ -87,12 +99,8 @@ class ClassifierModel:
         dims = output_dims(config)
         # the top-k outputs where the config declares them (k from their dims)
         self.top_k = TopK.from_output_dims(dims) if any(name in dims for name in TOP_K_OUTPUTS) else None
-        self.runtime = load_network(args, config, Path(args["model_repository"]) / args["model_version"] / "model.onnx")
-        try:
-            warm_top_k(self.top_k, self.runtime, [int(d) for d in config["input"][0]["dims"]])
-        except BaseException:  # the caller never gets this instance: release its GPU here
-            self.runtime.close()
-            raise
+        onnx = Path(args["model_repository"]) / args["model_version"] / "model.onnx"
+        self.runtime = load_network(args, config, onnx, self.top_k)
         self.offered = [name for name in dims if name == LOGITS or (self.top_k and name in TOP_K_OUTPUTS)]
         log.info(
             "classifier instance %s: runtime %s, outputs %s",

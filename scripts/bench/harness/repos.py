@@ -75,7 +75,9 @@ def without_preferred_batch_sizes(model_dir: Path) -> None:
     """Drop ``preferred_batch_size`` from every config of a copied model (the dynamic batcher then sends whatever
     is queued); a linked config becomes a file of its own."""
     for cfg in model_configs(model_dir):
-        text = re.sub(r"\n\s*preferred_batch_size: \[[^\]]*\]", "", cfg.read_text())
+        text = re.sub(r"\n\s*preferred_batch_size:\s*(\[[^\]]*\]|\d+)", "", cfg.read_text())
+        if re.search(r"^\s*preferred_batch_size", text, re.MULTILINE):
+            raise ValueError(f"{cfg}: a preferred_batch_size line this harness cannot read; drop it by hand")
         cfg.unlink()
         cfg.write_text(text)
 
