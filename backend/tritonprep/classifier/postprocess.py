@@ -51,7 +51,7 @@ def top_k(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     reach = rows <= kth
     exact = reach.sum(axis=-1) == k
     idx = np.empty((len(rows), k), np.int64)
-    idx[exact] = np.nonzero(reach[exact])[1].reshape(-1, k)  # ascending ids: the stable sort below keeps ties so
+    idx[exact] = np.nonzero(reach[exact])[1].reshape(-1, k)  # ids ascending: the stable sort keeps ties in id order
     idx[~exact] = np.argsort(rows[~exact], axis=-1, kind="stable")[:, :k]
     idx = np.take_along_axis(idx, np.argsort(np.take_along_axis(rows, idx, -1), axis=-1, kind="stable"), -1)
     shape = (*probs.shape[:-1], k)
