@@ -19,10 +19,10 @@ One JSON row per part and configuration (``--out``):
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import queue
-import re
 import sys
 import tempfile
 import threading
@@ -35,18 +35,20 @@ from typing import Any
 log = logging.getLogger("gpu_time")
 
 ROOT = Path(__file__).resolve().parents[2]
-PREPROCESS_CONFIG = ROOT / "model_repository" / "preprocess" / "configs" / "gpu.pbtxt"
-NETWORK = ROOT / "model_repository" / "classifier" / "1" / "model.fp16.onnx"
+REPOSITORY = ROOT / "model_repository"
+NETWORK = REPOSITORY / "classifier" / "1" / "model.fp16.onnx"
 NETWORK_BATCH = 64
 DIMS = (3, 224, 224)
-_PARAM = re.compile(r'parameters\s*\{\s*key:\s*"([^"]+)"\s*value:\s*\{\s*string_value:\s*"([^"]*)"')
 #: the trace's categories of GPU work
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 
 
-def shipped_parameters(path: Path = PREPROCESS_CONFIG) -> dict[str, str]:
-    """The ``parameters`` of a model config file, as Triton hands them to the model (string values)."""
-    return dict(_PARAM.findall(path.read_text()))
+def shipped_parameters(model: str = "preprocess") -> dict[str, str]:
+    """The ``parameters`` of a model's GPU config (what a GPU server serves), as Triton hands them to the model."""
+    from tritonprep.launcher.served import read_models
+
+    config = next(mf.config for mf in read_models(REPOSITORY, "gpu") if mf.model == model)
+    return {key: value.string_value for key, value in config.parameters.items()}
 
 
 def make_executor() -> Any:
@@ -116,7 +118,7 @@ def summarize_trace(events: list[dict[str, Any]], images: int, wall_s: float) ->
     }
 
 
-def traced(torch: Any, fn: Callable[[], None], runs: int) -> tuple[list[dict[str, Any]], float]:
+def traced(fn: Callable[[], None], runs: int) -> tuple[list[dict[str, Any]], float]:
     """The trace events of ``runs`` calls of ``fn`` (after one untraced call), and their wall time."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -139,17 +141,16 @@ def kernels(torch_site: str, batches: list[list[bytes]], runs: int) -> list[dict
     if torch_site and torch_site not in sys.path:
         sys.path.append(torch_site)  # after this venv's own packages: its numpy and CuPy stay the ones in use
     import cupy as cp
-    import torch  # noqa: F401 - loads CUPTI for the profiler
 
     rows = []
     ex = make_executor()
-    it = iter(range(10**9))
-    events, wall = traced(torch, lambda: ex.run(batches[next(it) % len(batches)]), runs)
+    cycle = itertools.cycle(batches)
+    events, wall = traced(lambda: ex.run(next(cycle)), runs)
     rows.append({"part": "kernels", "stage": "preprocess", **summarize_trace(events, runs * len(batches[0]), wall)})
     ex.close()
     rt = make_network()
     x = cp.random.standard_normal((NETWORK_BATCH, *DIMS), dtype=cp.float32)
-    events, wall = traced(torch, lambda: rt.infer(x), runs)
+    events, wall = traced(lambda: rt.infer(x), runs)
     rows.append({"part": "kernels", "stage": "network", **summarize_trace(events, runs * NETWORK_BATCH, wall)})
     rt.close()
     return rows
@@ -219,8 +220,9 @@ def overlap(batches: list[list[bytes]], threads: list[int], seconds: float) -> l
         return NETWORK_BATCH
 
     def prep_call(j: int) -> Callable[[], Any]:
-        ex, i = executors[j], iter(range(j * 7, 10**9))
-        return lambda: ex.run(batches[next(i) % len(batches)]).outputs["PIXELS"]
+        start = j * 7 % len(batches)  # the executors start at different batches
+        ex, cycle = executors[j], itertools.cycle(batches[start:] + batches[:start])
+        return lambda: ex.run(next(cycle)).outputs["PIXELS"]
 
     def started(steps: list[Callable[[], int]]) -> list[_Loop]:
         loops = [_Loop(s) for s in steps]
