@@ -136,7 +136,26 @@ def break_and_recover(scenario: str, args: argparse.Namespace, workdir: Path) ->
         "ready_at_end": ready_after,
         "supervisor_events": events,
         "mps": None if mps_state is None else mps_state.enabled,
+        "restart_timeline": restart_timeline(log_path),
     }
+
+
+#: the lines of a server log that time a restart: the watchdogs' and Triton's model loads and endpoints
+_TIMELINE = ("tritonprep watchdog", "successfully loaded", "Started GRPCInferenceService", "Started HTTPService")
+
+
+def restart_timeline(log_path: Path, limit: int = 60) -> list[str]:
+    """The watchdogs' lines (millisecond times) and Triton's load and endpoint lines, from the first stop on."""
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    first = next(
+        (i for i, line in enumerate(lines) if "tritonprep watchdog" in line and "stopping tritonserver" in line), None
+    )
+    if first is None:
+        return []
+    return [line.strip()[:200] for line in lines[first:] if any(k in line for k in _TIMELINE)][:limit]
 
 
 def drain(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:

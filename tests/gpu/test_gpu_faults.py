@@ -40,6 +40,8 @@ def report(scenario: str, mps: str, figures: dict) -> None:
         f"{figures['server_ready_again_after_s']} s, requests succeed again after "
         f"{figures['requests_succeed_again_after_s']} s; events {figures['supervisor_events']}"
     )
+    for line in figures.get("restart_timeline", []):
+        print(f"  {line}")  # noqa: T201
 
 
 @pytest.fixture

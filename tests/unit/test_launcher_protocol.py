@@ -19,6 +19,7 @@ from tritonprep.launcher.protocol import (
     Exited,
     LineBuffer,
     Mps,
+    Released,
     Started,
     Stop,
     parse_command,
@@ -31,6 +32,7 @@ REPORTS = [
     Started(4242, "tritonprep_4026531836_4241_987_"),
     Exited(0),
     Exited(-9),
+    Released(),
     Cleaned(),
     Cleaned((17, 18), 2, "killed"),
     Error("MPS cannot start: GPU 0 is in compute mode Prohibited"),
@@ -50,7 +52,7 @@ def test_the_stop_command_and_what_is_not_one():
     for bad in ("stop", "stop soon", "stop -1", "halt 3", ""):
         with pytest.raises(ServerError, match="watchdog protocol"):
             parse_command(bad)
-    for bad in ("started x y", "exited", "cleaned 1,2", "mps maybe x", "hello"):
+    for bad in ("started x y", "exited", "cleaned 1,2", "mps maybe x", "released 3", "hello"):
         with pytest.raises(ServerError, match="watchdog protocol"):
             parse_report(bad)
 

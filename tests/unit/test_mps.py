@@ -24,7 +24,17 @@ from tests.unit.fake_mps import environ_of, install, recorded
 from tritonprep.errors import ServerError
 from tritonprep.launcher import mps
 from tritonprep.launcher.proctable import start_time
-from tritonprep.launcher.protocol import Cleaned, Error, Exited, LineBuffer, Mps, Report, Started, parse_report
+from tritonprep.launcher.protocol import (
+    Cleaned,
+    Error,
+    Exited,
+    LineBuffer,
+    Mps,
+    Released,
+    Report,
+    Started,
+    parse_report,
+)
 from tritonprep.launcher.reaper import Owner, pid_namespace, sweep
 
 FAKE_SERVER = """
@@ -222,6 +232,8 @@ def test_the_watchdog_starts_the_daemon_first_and_quits_it_after_tritonserver(fa
     assert w.stop() == 0
     assert w.wait_for(Exited) == Exited(0)
     assert w.wait_for(Cleaned) == Cleaned((), 0, "quit")  # nothing left to kill
+    kinds = [type(r) for r in w.reports]
+    assert kinds[-3:] == [Exited, Released, Cleaned], w.reports  # a restart may begin before the daemon quits
     assert Cleaned((), 0, "quit").nothing_killed
     assert recorded(fake)[-1] == "quit" and mps.mps_processes(work) == [] and not work.exists()
     assert not [c for c in recorded(fake) if c.startswith(("terminate_client", "shutdown_server"))]  # a clean stop

@@ -8,10 +8,10 @@ import logging
 
 
 class LevelFormatter(logging.Formatter):
-    """``HH:MM:SS <who>: message``, with ``WARNING: `` or ``ERROR: `` before the message at those levels."""
+    """``HH:MM:SS.mmm <who>: message``, with ``WARNING: `` or ``ERROR: `` before the message at those levels."""
 
     def __init__(self, who: str) -> None:
-        super().__init__(f"%(asctime)s {who}: %(message)s", datefmt="%H:%M:%S")
+        super().__init__(f"%(asctime)s.%(msecs)03d {who}: %(message)s", datefmt="%H:%M:%S")
 
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
         text = super().formatMessage(record)

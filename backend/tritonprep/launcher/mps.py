@@ -45,6 +45,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Collection, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..errors import ServerError
@@ -101,8 +102,11 @@ def compute_mode_problem(env: Mapping[str, str]) -> str | None:
     another process (such as another MPS daemon's server); None without nvidia-smi."""
     visible = env.get("CUDA_VISIBLE_DEVICES")
     chosen = None if visible is None else [v.strip() for v in visible.split(",") if v.strip()]
-    apps = _nvidia_smi(["--query-compute-apps=gpu_uuid,pid,process_name"], env) or []
-    for row in _nvidia_smi(["--query-gpu=index,uuid,compute_mode"], env) or []:
+    with ThreadPoolExecutor(2) as pool:  # side by side: each call costs a driver query (part of every start)
+        apps_call = pool.submit(_nvidia_smi, ["--query-compute-apps=gpu_uuid,pid,process_name"], env)
+        gpus_call = pool.submit(_nvidia_smi, ["--query-gpu=index,uuid,compute_mode"], env)
+        apps, gpus = apps_call.result() or [], gpus_call.result() or []
+    for row in gpus:
         index, uuid, mode = (row + ["", "", ""])[:3]
         if chosen is not None and not any(c == index or uuid.startswith(c) for c in chosen):
             continue

@@ -55,8 +55,9 @@ from .command import GPU_CONFIG_NAME, config_name, tritonserver_args
 from .install import TritonInstall, visible_gpus
 from .options import ADMIN_KEY_ENV, GRPC_HEADER_PREFIX, ServerOptions
 from .probes import drain, fetch_metrics
-from .protocol import Cleaned, Error, Exited, LineBuffer, Mps, Started, Stop, parse_report
+from .protocol import Cleaned, Error, Exited, LineBuffer, Mps, Released, Started, Stop, parse_report
 from .reaper import kill_server, prefix_of, remove_regions, sweep, work_dir_prefix
+from .retire import Retiring, reap_done
 from .served import serve_copy
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,9 @@ class EmbeddedServer:
         self.started_at: float | None = None
         self.ready_s: float | None = None
         self._returncode: int | None = None
+        self._released = False  # the watchdog said: tritonserver's whole tree is gone
+        #: stopped starts whose watchdog still cleans up (stop(retire=True), :mod:`.retire`)
+        self._retiring: list[Retiring] = []
         self._errors: list[str] = []
         self._mps_mode = "off"  # the watchdog's --mps of the last start
         self._gpus = 0  # GPUs the last start serves on
@@ -178,6 +182,7 @@ class EmbeddedServer:
                 "%s has no classify/config.pbtxt; is it a tritonprep model repository?", self.options.model_repository
             )
         triton = TritonInstall.find()
+        self.reap_retired()
         sweep()
         self.started_at, self.ready_s, self.mps, self.cleanup, self._errors = time.monotonic(), None, None, None, []
         self._workdir = Path(tempfile.mkdtemp(prefix=work_dir_prefix(os.getpid())))
@@ -204,7 +209,7 @@ class EmbeddedServer:
         lifeline_r, self._lifeline = os.pipe()
         self._reports, report_w = os.pipe()
         os.set_blocking(self._reports, False)
-        self._returncode, self._report_lines = None, LineBuffer()
+        self._returncode, self._released, self._report_lines = None, False, LineBuffer()
         watchdog_cmd = [
             sys.executable,
             "-m",
@@ -272,6 +277,8 @@ class EmbeddedServer:
             self.pid, self.prefix = message.pid, message.prefix
         elif isinstance(message, Exited):
             self._returncode = message.code
+        elif isinstance(message, Released):
+            self._released = True
         elif isinstance(message, Cleaned):
             self.cleanup = message
         elif isinstance(message, Mps) and self._mps_mode != "off":
@@ -392,13 +399,15 @@ class EmbeddedServer:
         timeout (see :func:`.probes.drain`: it returns at once when nothing is in flight)."""
         return drain(self.metrics_text, timeout_s)
 
-    def stop(self, timeout_s: float | None = None) -> int | None:
+    def stop(self, timeout_s: float | None = None, *, retire: bool = False) -> int | None:
         """Stop tritonserver and return its exit code: SIGINT, ``timeout_s`` (by default Triton's exit
         timeout + 10 s) for it to finish, then SIGKILL to its process group.
 
         Through the watchdog, which then kills what is left of the tree, quits the MPS daemon and
         removes the server's shared-memory regions (:attr:`cleanup` says what it had to kill); should
-        the watchdog fail to, this process does.
+        the watchdog fail to, this process does. With ``retire`` (a restart), return as soon as the
+        tree is gone and let the watchdog finish the rest in the background (:mod:`.retire`); a stop
+        without it also waits for the starts retired before.
         """
         with self._lock:
             code = None
@@ -409,8 +418,15 @@ class EmbeddedServer:
                         os.write(self._lifeline, f"{Stop(grace).encode()}\n".encode())  # type: ignore[arg-type]
                     except OSError:
                         pass  # it is exiting anyway
+                    deadline = time.monotonic() + grace + CLEANUP_S
+                    while retire and not self._released and self.watchdog.poll() is None:
+                        if not self._read_reports(timeout=min(0.05, max(0.0, deadline - time.monotonic()))):
+                            break
+                        if time.monotonic() >= deadline:
+                            break
                     try:
-                        self.watchdog.wait(timeout=grace + CLEANUP_S)
+                        if not (retire and self._released):
+                            self.watchdog.wait(timeout=max(0.0, deadline - time.monotonic()))
                     except subprocess.TimeoutExpired:
                         log.warning(
                             "the watchdog of tritonserver did not finish in %.0f s; killing it", grace + CLEANUP_S
@@ -418,6 +434,10 @@ class EmbeddedServer:
                         self.watchdog.kill()
                         self.watchdog.wait()
                 code = self.poll()
+                if retire and self.watchdog.poll() is None:  # it quits the MPS daemon, removes regions and folder
+                    self._retiring.append(Retiring(self.watchdog, self._workdir, self.prefix))
+                    self._workdir = None
+                    self.prefix = None
                 for _ in range(100):  # the rest of its reports (the clean-up's)
                     if not self._read_reports():
                         break
@@ -428,7 +448,17 @@ class EmbeddedServer:
                 self.watchdog = None
                 self.pid = self.prefix = None
             self._close()
+            if not retire:
+                for r in self._retiring:
+                    r.finish()
+                self._retiring = []
             return code
+
+    def reap_retired(self) -> int:
+        """Reap the retired starts' watchdogs that have finished (:mod:`.retire`); how many still clean up."""
+        with self._lock:
+            self._retiring = reap_done(self._retiring)
+            return len(self._retiring)
 
     def _close(self) -> None:
         """Close the pipes and the log, and remove the work folder (with a dead watchdog's MPS daemon)."""

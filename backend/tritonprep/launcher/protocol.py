@@ -12,6 +12,8 @@ Reports, watchdog -> launcher (``--report-fd``), in this order::
     mps off <reason>                no MPS for this start, and why (before tritonserver starts)
     started <server pid> <prefix>   tritonserver runs; its shared-memory regions are /dev/shm/<prefix>*
     exited <code>                   tritonserver ended (subprocess convention: -N for signal N)
+    released                        every process of tritonserver's tree is gone (its ports are free); the
+                                    MPS daemon, the regions and the work folder are next
     cleaned <pids> <regions> <mps>  what the clean-up after tritonserver had to do: the processes it
                                     SIGKILLed (comma-separated, "-" for none), how many regions it removed,
                                     and how the MPS daemon ended (quit, killed, none)
@@ -77,6 +79,16 @@ class Exited:
 
 
 @dataclass(frozen=True)
+class Released:
+    """tritonserver and every process of its tree are gone: a new start may begin while the watchdog quits
+    the MPS daemon and removes the regions and the work folder."""
+
+    def encode(self) -> str:
+        """The line (without its newline)."""
+        return "released"
+
+
+@dataclass(frozen=True)
 class Cleaned:
     """What the watchdog did after tritonserver ended."""
 
@@ -108,7 +120,7 @@ class Error:
 
 
 Command = Stop
-Report = Union[Mps, Started, Exited, Cleaned, Error]
+Report = Union[Mps, Started, Exited, Released, Cleaned, Error]
 
 
 def _one_line(text: str) -> str:
@@ -145,6 +157,8 @@ def parse_report(line: str) -> Report:
             return Started(int(pid), prefix)
         elif kind == "exited":
             return Exited(int(rest))
+        elif kind == "released" and not rest:
+            return Released()
         elif kind == "cleaned":
             pids, regions, mps = rest.split(" ")
             killed = () if pids == "-" else tuple(int(p) for p in pids.split(","))

@@ -22,7 +22,8 @@ On a failure it stops the server (SIGINT, ``grace_s`` for in-flight requests of 
 models, then SIGKILL: with a dead stub Triton would otherwise wait its whole exit timeout
 for a model that can no longer unload) and starts a fresh server on the same ports, both
 through :meth:`EmbeddedServer.stop` and :meth:`EmbeddedServer.start`: the server's watchdog
-removes what is left of the old tree and its shared memory, and the new server is as
+removes what is left of the old tree and its shared memory (the new start begins as soon as the
+old tree is gone, while the old watchdog still quits its MPS daemon: :mod:`.retire`), and the new server is as
 independent of the supervisor's thread as the first (it stops just as gracefully). More than
 ``max_restarts`` restarts within ``window_s`` is a crash loop: the supervisor gives up and
 reports it.
@@ -179,6 +180,7 @@ class Supervisor:
         unready = 0
         next_ready_check = 0.0
         while not self._stop.wait(self.poll_s):
+            self.server.reap_retired()
             reason = self.check()
             if reason is None and time.monotonic() >= next_ready_check:
                 next_ready_check = time.monotonic() + max(self.poll_s, 1.0)
@@ -208,14 +210,15 @@ class Supervisor:
             and self.server.mps is not None
             and self.server.mps.enabled
         )
-        self.server.stop(timeout_s=self.fault_grace_s if poisoned else self.grace_s)
+        self.server.stop(timeout_s=self.fault_grace_s if poisoned else self.grace_s, retire=True)
+        released = time.monotonic()
         for attempt in range(1, 4):
             try:
                 self.server.start()
                 self.server.wait_ready(self.ready_timeout_s, cancel=self._stop)
                 break
             except ServerError as e:
-                self.server.stop(timeout_s=self.grace_s)
+                self.server.stop(timeout_s=self.grace_s, retire=True)
                 if self._stop.is_set():
                     return False
                 if attempt == 3:
@@ -225,7 +228,11 @@ class Supervisor:
                 self._event("retrying", f"start attempt {attempt} failed ({e}); trying again")
                 time.sleep(1.0)
         self._record_stubs()
+        done = time.monotonic()
         self._event(
-            "ready", f"tritonserver pid {self.server.pid} is ready {time.monotonic() - now:.1f} s after the failure"
+            "ready",
+            f"tritonserver pid {self.server.pid} is ready {done - now:.1f} s after the failure "
+            f"(the old server's processes were gone after {released - now:.1f} s, the new start took "
+            f"{done - released:.1f} s)",
         )
         return True

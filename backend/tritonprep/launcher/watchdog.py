@@ -55,7 +55,7 @@ from pathlib import Path
 
 from ..errors import ServerError
 from . import logs, mps, proctable, reaper
-from .protocol import Cleaned, Error, Exited, LineBuffer, Mps, Report, Started, Stop, parse_command
+from .protocol import Cleaned, Error, Exited, LineBuffer, Mps, Released, Report, Started, Stop, parse_command
 
 log = logging.getLogger("tritonprep.watchdog")
 
@@ -203,6 +203,7 @@ class Watchdog:
             self.report(Mps(False, "not asked for"))
             return env
         daemon = mps.MpsDaemon(self.work_dir, env)
+        t0 = time.monotonic()
         try:
             daemon.start()
         except ServerError as e:
@@ -214,7 +215,12 @@ class Watchdog:
             self.report(Mps(False, str(e)))
             return env
         self.mps = daemon
-        log.info("CUDA MPS: control daemon pid %s, pipe folder %s", daemon.pid, daemon.pipe_dir)
+        log.info(
+            "CUDA MPS: control daemon pid %s, pipe folder %s, its server ready in %.2f s",
+            daemon.pid,
+            daemon.pipe_dir,
+            time.monotonic() - t0,
+        )
         self.report(Mps(True, str(daemon.pipe_dir)))
         return daemon.client_env(env)
 
@@ -329,9 +335,12 @@ class Watchdog:
             server.wait(self.grace_s)
         except subprocess.TimeoutExpired:
             log.warning(
-                "tritonserver pid %d still runs after %.0f s: SIGKILL to its process group", server.pid, self.grace_s
+                "tritonserver pid %d still runs after %.1f s: SIGKILL to its process group", server.pid, self.grace_s
             )
+            t0 = time.monotonic()
             self._end_gpu_work([server.pid, *proctable.children(server.pid)])
+            if self._clients_ended:
+                log.info("MPS: terminate_client took %.2f s", time.monotonic() - t0)
             try:
                 os.killpg(server.pid, signal.SIGKILL)  # not reaped yet, so the group id is still its own
                 self.killed.append(server.pid)
@@ -343,14 +352,21 @@ class Watchdog:
         """Quit the MPS daemon (after tritonserver and its stubs are gone); how it ended."""
         if self.mps is None:
             return "none"
+        t0 = time.monotonic()
         outcome = self.mps.quit(force=self._clients_ended)
-        log.info("CUDA MPS: control daemon pid %s %s", self.mps.pid, "quit" if outcome == "quit" else "killed")
+        log.info(
+            "CUDA MPS: control daemon pid %s %s in %.2f s",
+            self.mps.pid,
+            "quit" if outcome == "quit" else "killed",
+            time.monotonic() - t0,
+        )
         return outcome
 
     def _clean_up(self, server_pid: int, prefix: str) -> Cleaned:
         """Everything the server left: descendants (re-parented here), the MPS daemon, regions."""
+        t0 = time.monotonic()
         own = self._own(scan=True)
-        deadline = time.monotonic() + SETTLE_S
+        deadline = t0 + SETTLE_S
         while _reap(own) and time.monotonic() < deadline:
             time.sleep(0.05)
         killed: list[int] = []
@@ -368,6 +384,10 @@ class Watchdog:
                     pass
             time.sleep(0.02)
         survivors = _reap(own)
+        log.info(
+            "tritonserver pid %d and its processes are gone %.2f s after it exited", server_pid, time.monotonic() - t0
+        )
+        self.report(Released())  # a restart may begin now: what follows holds no port and no client of a GPU
         mps_outcome = self._quit_mps()
         self._end_log_filter()
         _reap(set())

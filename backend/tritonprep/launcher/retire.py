@@ -1,0 +1,76 @@
+"""Stopped starts whose watchdog still finishes its clean-up, so that a restart need not wait for it.
+
+Once tritonserver and every process of its tree are gone (the watchdog's ``released`` report), what is left
+of a stop is the watchdog's own clean-up: quitting the start's MPS daemon (after a sticky CUDA fault its MPS
+server winds down with the poisoned clients), removing the shared-memory regions and the work folder. None of
+it holds a port, a region name or an MPS server that the next start uses: that start has its own work folder,
+region prefix and MPS daemon. So :meth:`~.process.EmbeddedServer.stop` with ``retire=True`` (the
+supervisor's restarts) returns at ``released`` and keeps the old watchdog here; it is reaped at the next start
+and waited for by the final stop, which also removes whatever a watchdog that failed left behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import mps
+from .reaper import kill_server, remove_regions
+
+log = logging.getLogger(__name__)
+
+#: seconds a retiring watchdog gets at the final stop: the MPS daemon's quit and its servers' end (5 s each)
+FINISH_S = 15.0
+
+
+@dataclass
+class Retiring:
+    """The watchdog of a stopped start, still cleaning up after it."""
+
+    watchdog: subprocess.Popen[bytes]
+    #: the start's work folder (the watchdog removes it; None if it was removed already)
+    workdir: Path | None
+    #: the start's region prefix (None if tritonserver never started)
+    prefix: str | None
+    since: float = field(default_factory=time.monotonic)
+
+    def done(self) -> bool:
+        """True once the watchdog has exited."""
+        return self.watchdog.poll() is not None
+
+    def finish(self, timeout_s: float = FINISH_S) -> None:
+        """Wait up to ``timeout_s`` for the watchdog (SIGKILL after that), then remove what it did not."""
+        try:
+            self.watchdog.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            log.warning(
+                "the retiring watchdog (pid %d) still cleans up after %.0f s: SIGKILL", self.watchdog.pid, timeout_s
+            )
+            self.watchdog.kill()
+            self.watchdog.wait()
+        if self.watchdog.returncode is not None and self.watchdog.returncode < 0:
+            log.warning("the retiring watchdog (pid %d) died (code %d)", self.watchdog.pid, self.watchdog.returncode)
+        if self.prefix is not None:  # normally nothing is left
+            killed, removed = kill_server(self.prefix), remove_regions(self.prefix)
+            if killed or removed:
+                log.warning("after a retired start: killed %s, removed regions %s", killed, removed)
+        if self.workdir is not None and self.workdir.exists():
+            ended = mps.shut_down(self.workdir)
+            if ended:
+                log.warning("after a retired start: ended its MPS daemon %s", ended)
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def reap_done(retiring: list[Retiring]) -> list[Retiring]:
+    """Finish those whose watchdog has exited; return the others."""
+    left = []
+    for r in retiring:
+        if r.done():
+            r.finish(0.0)
+        else:
+            left.append(r)
+    return left
