@@ -13,7 +13,8 @@
 
 Every command the daemon receives is appended to ``$FAKE_MPS_RECORD`` as ``<daemon pid> <command>``. For the
 ways MPS fails: ``FAKE_MPS_FAIL=daemon`` (the daemon exits at once), ``FAKE_MPS_FAIL=server`` (no server
-ever starts), ``FAKE_MPS_IGNORE_QUIT=1`` (the daemon ignores ``quit``, so it must be killed).
+ever starts), ``FAKE_MPS_IGNORE_QUIT=1`` (the daemon ignores ``quit``, so it must be killed),
+``FAKE_MPS_HANG_TERMINATE=1`` (``terminate_client`` is never answered, as by a server poisoned by a fault).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import sys
 from pathlib import Path
 
 SCRIPT = r"""
-import os, signal, socket, subprocess, sys, time
+import os, signal, socket, subprocess, sys, threading, time
 
 PIPE = os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
 SOCK = os.path.join(PIPE, "control")
@@ -71,13 +72,17 @@ def daemon():
             if not chunk:
                 break
             data += chunk
-        answer, quitting = [], False
+        answer, quitting, hung = [], False, False
         for line in data.decode().splitlines():
             words = line.split()
             if not words:
                 continue
             record(line)
             servers = [s for s in servers if s.poll() is None]
+            if words[0] == "terminate_client" and os.environ.get("FAKE_MPS_HANG_TERMINATE") == "1":
+                hung = True  # a poisoned MPS server: this command is never answered
+                threading.Thread(target=lambda c=conn: (time.sleep(60), c.close()), daemon=True).start()
+                break
             if words[0] == "get_server_list":
                 answer += [str(s.pid) for s in servers]
             elif words[0] == "start_server":
@@ -93,6 +98,8 @@ def daemon():
                         s.wait()
             elif words[0] == "quit" and os.environ.get("FAKE_MPS_IGNORE_QUIT") != "1":
                 quitting = True
+        if hung:
+            continue
         conn.sendall(("\n".join(answer) + ("\n" if answer else "")).encode())
         conn.close()
         if quitting:

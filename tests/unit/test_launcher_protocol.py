@@ -49,7 +49,8 @@ def test_every_report_reads_back_as_written(message):
 def test_the_stop_command_and_what_is_not_one():
     assert Stop(2.5).encode() == "stop 2.5" and parse_command("stop 2.5") == Stop(2.5)
     assert parse_command(Stop(40).encode()) == Stop(40.0)
-    for bad in ("stop", "stop soon", "stop -1", "halt 3", ""):
+    assert Stop(0.5, True).encode() == "stop 0.5 mps-fault" and parse_command("stop 0.5 mps-fault") == Stop(0.5, True)
+    for bad in ("stop", "stop soon", "stop -1", "halt 3", "stop 1 now", "stop 1 mps-fault x", ""):
         with pytest.raises(ServerError, match="watchdog protocol"):
             parse_command(bad)
     for bad in ("started x y", "exited", "cleaned 1,2", "mps maybe x", "released 3", "hello"):

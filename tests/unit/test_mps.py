@@ -189,8 +189,8 @@ class Watched:
                 raise AssertionError(f"no {kind.__name__} report: {self.reports}\n{self.log.read_text()}")
             self.reports += [parse_report(line) for line in self._lines.feed(data)]
 
-    def stop(self, grace: float = 5.0) -> int:
-        self.proc.stdin.write(f"stop {grace}\n".encode())  # type: ignore[union-attr]
+    def stop(self, grace: float = 5.0, suffix: str = "") -> int:
+        self.proc.stdin.write(f"stop {grace}{suffix}\n".encode())  # type: ignore[union-attr]
         self.proc.stdin.flush()  # type: ignore[union-attr]
         return self.proc.wait(30)
 
@@ -257,6 +257,45 @@ def test_a_client_killed_after_the_grace_is_terminated_through_mps_first(fake, w
     shutdown = [c for c in commands if c.startswith("shutdown_server ") and c.endswith(" -f")]
     assert shutdown and commands.index(shutdown[0]) < commands.index("quit"), commands  # a fault: no waiting
     assert mps.mps_processes(work) == []
+
+
+def test_after_a_sticky_fault_the_mps_server_is_shut_down_at_once(fake, work, watched, tmp_path, monkeypatch):
+    """A poisoned MPS server answers no terminate_client: the stop after a fault (``mps-fault``) forces the server
+    down (shutdown_server -f) before the SIGKILL, and asks for nothing per client."""
+    monkeypatch.setenv("FAKE_SERVER_STUCK", "1")
+    monkeypatch.setenv("FAKE_MPS_HANG_TERMINATE", "1")  # were it asked, the stop would wait for it
+    w = Watched(work, "--mps", "on", grace=1.0)
+    watched.append(w)
+    started = w.wait_for(Started)
+    server_env(tmp_path)
+    t0 = time.monotonic()
+    assert w.stop(grace=0.2, suffix=" mps-fault") == 128 + signal.SIGKILL
+    assert time.monotonic() - t0 < 5.0
+    assert started.pid in w.wait_for(Cleaned).killed  # type: ignore[attr-defined]
+    commands = recorded(fake)
+    shutdown = [c for c in commands if c.startswith("shutdown_server ") and c.endswith(" -f")]
+    assert shutdown and commands.index(shutdown[0]) < commands.index("quit"), commands
+    assert not [c for c in commands if c.startswith("terminate_client")], commands
+    assert "after a sticky CUDA fault" in w.log.read_text() and mps.mps_processes(work) == []
+
+
+def test_a_terminate_client_never_answered_forces_the_mps_server_down(fake, work, watched, tmp_path, monkeypatch):
+    """A stop that did not know of a fault: terminate_client gets TERMINATE_TIMEOUT_S, then the server is forced
+    down, and the stop goes on."""
+    monkeypatch.setenv("FAKE_SERVER_STUCK", "1")
+    monkeypatch.setenv("FAKE_MPS_HANG_TERMINATE", "1")
+    w = Watched(work, "--mps", "on", grace=1.0)
+    watched.append(w)
+    w.wait_for(Started)
+    server_env(tmp_path)
+    t0 = time.monotonic()
+    assert w.stop(grace=0.2) == 128 + signal.SIGKILL
+    assert time.monotonic() - t0 < 0.2 + mps.TERMINATE_TIMEOUT_S + 4.0
+    commands = recorded(fake)
+    terminate = next(i for i, c in enumerate(commands) if c.startswith("terminate_client"))
+    shutdown = next(i for i, c in enumerate(commands) if c.startswith("shutdown_server ") and c.endswith(" -f"))
+    assert terminate < shutdown < commands.index("quit"), commands
+    assert "shutting its MPS server down at once" in w.log.read_text() and mps.mps_processes(work) == []
 
 
 def test_the_launchers_death_stops_the_server_then_the_daemon(fake, work, watched, tmp_path):

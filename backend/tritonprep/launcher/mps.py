@@ -60,6 +60,8 @@ LOG_ENV = "CUDA_MPS_LOG_DIRECTORY"
 MODES = ("auto", "on", "off")  # ServerOptions.mps (options.MPS_MODES)
 #: seconds one control command may take
 COMMAND_TIMEOUT_S = 5.0
+#: seconds for ``terminate_client``, which a server poisoned by a sticky fault never answers
+TERMINATE_TIMEOUT_S = 1.0
 #: seconds for the daemon to answer and its MPS server to start
 READY_TIMEOUT_S = 15.0
 #: seconds the daemon gets to quit before it is killed
@@ -243,16 +245,35 @@ class MpsDaemon:
         MPS supports a client killed by a signal only after this; a sticky fault leaves the MPS server
         refusing new clients until every client of it has gone.
         """
-        ended = []
+        ended: list[int] = []
         try:
             for server in self.servers():
-                for client in self.clients(server):
-                    if pids is None or client in pids:
-                        self.command(f"terminate_client {server} {client}")
-                        ended.append(client)
+                clients = [c for c in self.clients(server) if pids is None or c in pids]
+                for client in clients:
+                    try:
+                        control(self.pipe_dir, [f"terminate_client {server} {client}"], self.env, TERMINATE_TIMEOUT_S)
+                    except ServerError as e:  # a poisoned MPS server may never answer: end it at once instead
+                        log.warning("MPS: %s; shutting its MPS server down at once", e)
+                        self.shutdown_servers(TERMINATE_TIMEOUT_S)
+                        return ended + [c for c in clients if c not in ended]
+                    ended.append(client)
         except ServerError as e:
             log.warning("MPS: could not end the clients' GPU work: %s", e)
         return ended
+
+    def shutdown_servers(self, timeout_s: float = COMMAND_TIMEOUT_S) -> list[int]:
+        """Shut every MPS server of the daemon down at once (``shutdown_server <pid> -f``), ending its clients'
+        GPU work, as CUDA's MPS documentation advises for work that cannot end (a sticky fault); return them."""
+        done = []
+        try:
+            for server in self.servers():
+                control(self.pipe_dir, [f"shutdown_server {server} -f"], self.env, timeout_s)
+                done.append(server)
+        except ServerError as e:
+            log.warning("MPS: could not shut the MPS server down: %s", e)
+        if done:
+            log.info("MPS: shut MPS server(s) %s down at once", done)
+        return done
 
     def running(self) -> bool:
         """True while the daemon process runs."""

@@ -399,7 +399,7 @@ class EmbeddedServer:
         timeout (see :func:`.probes.drain`: it returns at once when nothing is in flight)."""
         return drain(self.metrics_text, timeout_s)
 
-    def stop(self, timeout_s: float | None = None, *, retire: bool = False) -> int | None:
+    def stop(self, timeout_s: float | None = None, *, retire: bool = False, mps_fault: bool = False) -> int | None:
         """Stop tritonserver and return its exit code: SIGINT, ``timeout_s`` (by default Triton's exit
         timeout + 10 s) for it to finish, then SIGKILL to its process group.
 
@@ -407,7 +407,8 @@ class EmbeddedServer:
         removes the server's shared-memory regions (:attr:`cleanup` says what it had to kill); should
         the watchdog fail to, this process does. With ``retire`` (a restart), return as soon as the
         tree is gone and let the watchdog finish the rest in the background (:mod:`.retire`); a stop
-        without it also waits for the starts retired before.
+        without it also waits for the starts retired before. ``mps_fault``: a sticky CUDA fault poisoned
+        the MPS clients, so the watchdog shuts their MPS server down at once instead of ending each client.
         """
         with self._lock:
             code = None
@@ -415,15 +416,14 @@ class EmbeddedServer:
                 grace = self.options.exit_timeout_s + 10 if timeout_s is None else timeout_s
                 if self.watchdog.poll() is None:
                     try:
-                        os.write(self._lifeline, f"{Stop(grace).encode()}\n".encode())  # type: ignore[arg-type]
+                        os.write(self._lifeline, f"{Stop(grace, mps_fault).encode()}\n".encode())  # type: ignore[arg-type]
                     except OSError:
                         pass  # it is exiting anyway
                     deadline = time.monotonic() + grace + CLEANUP_S
                     while retire and not self._released and self.watchdog.poll() is None:
-                        if not self._read_reports(timeout=min(0.05, max(0.0, deadline - time.monotonic()))):
-                            break
                         if time.monotonic() >= deadline:
                             break
+                        self._read_reports(timeout=0.05)  # until "released" (or the watchdog's end)
                     try:
                         if not (retire and self._released):
                             self.watchdog.wait(timeout=max(0.0, deadline - time.monotonic()))

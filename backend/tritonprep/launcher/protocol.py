@@ -4,7 +4,10 @@ Two pipes, one message per line, words separated by single spaces, the last fiel
 
 Commands, launcher -> watchdog (the watchdog's stdin, the "lifeline"; EOF means the launcher is gone)::
 
-    stop <grace seconds>            SIGINT to tritonserver, SIGKILL to its process group after the grace
+    stop <grace seconds> [mps-fault]
+                                    SIGINT to tritonserver, SIGKILL to its process group after the grace;
+                                    ``mps-fault``: a sticky CUDA fault poisoned the MPS clients, so their MPS
+                                    server is shut down at once (``shutdown_server -f``) before the SIGKILL
 
 Reports, watchdog -> launcher (``--report-fd``), in this order::
 
@@ -34,13 +37,14 @@ from ..errors import ServerError
 
 @dataclass(frozen=True)
 class Stop:
-    """Stop tritonserver, giving it ``grace_s`` before SIGKILL."""
+    """Stop tritonserver, giving it ``grace_s`` before SIGKILL (``mps_fault``: its MPS clients are poisoned)."""
 
     grace_s: float
+    mps_fault: bool = False
 
     def encode(self) -> str:
         """The line (without its newline)."""
-        return f"stop {self.grace_s:g}"
+        return f"stop {self.grace_s:g}{' mps-fault' if self.mps_fault else ''}"
 
 
 @dataclass(frozen=True)
@@ -134,13 +138,13 @@ def _bad(line: str, why: str) -> ServerError:
 def parse_command(line: str) -> Command:
     """The command in ``line``; :class:`ServerError` if it is not one."""
     words = line.split()
-    if len(words) == 2 and words[0] == "stop":
+    if len(words) in (2, 3) and words[0] == "stop" and words[2:] in ([], ["mps-fault"]):
         try:
             grace = float(words[1])
         except ValueError:
             raise _bad(line, "a grace that is not a number") from None
         if grace >= 0:
-            return Stop(grace)
+            return Stop(grace, len(words) == 3)
     raise _bad(line, "no command")
 
 

@@ -14,9 +14,10 @@ healthy". So the supervisor watches four things, every ``poll_s``:
 
 A sticky CUDA error under CUDA MPS is reported to every client of that GPU's MPS server (the other
 stubs on that GPU and tritonserver itself), and the MPS server then refuses new clients until all of
-them have exited. So the restart after one does not wait for a graceful stop (at most ``fault_grace_s``):
-the watchdog has the MPS daemon end each remaining client's GPU work (``terminate_client``), kills them,
-and quits the daemon; the new start gets a fresh daemon and MPS server with no poisoned client.
+them have exited, and answers no ``terminate_client`` for them. So the restart after one does not wait for a
+graceful stop (at most ``fault_grace_s``): the watchdog shuts that MPS server down at once (``shutdown_server
+-f``, as CUDA's MPS documentation advises for GPU work that cannot end), kills the clients and quits the
+daemon; the new start gets a fresh daemon and MPS server with no poisoned client.
 
 On a failure it stops the server (SIGINT, ``grace_s`` for in-flight requests of the healthy
 models, then SIGKILL: with a dead stub Triton would otherwise wait its whole exit timeout
@@ -210,7 +211,7 @@ class Supervisor:
             and self.server.mps is not None
             and self.server.mps.enabled
         )
-        self.server.stop(timeout_s=self.fault_grace_s if poisoned else self.grace_s, retire=True)
+        self.server.stop(timeout_s=self.fault_grace_s if poisoned else self.grace_s, retire=True, mps_fault=poisoned)
         released = time.monotonic()
         for attempt in range(1, 4):
             try:

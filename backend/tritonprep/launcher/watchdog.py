@@ -118,6 +118,7 @@ class Watchdog:
         #: processes the watchdog SIGKILLed (tritonserver after its grace, leftovers)
         self.killed: list[int] = []
         self._clients_ended = False  # MPS clients had their GPU work ended: their MPS server is shut down at once
+        self._mps_fault = False  # the stop follows a sticky CUDA fault under MPS (``stop <grace> mps-fault``)
         self.stop_reason: str | None = None
         self._lifeline = LineBuffer()
 
@@ -129,10 +130,11 @@ class Watchdog:
             except OSError:
                 pass
 
-    def request_stop(self, reason: str, grace_s: float | None = None) -> None:
-        """Stop tritonserver (the first request decides the grace)."""
+    def request_stop(self, reason: str, grace_s: float | None = None, mps_fault: bool = False) -> None:
+        """Stop tritonserver (the first request decides the grace; ``mps_fault``: its MPS clients are poisoned)."""
         if self.stop_reason is None:
             self.stop_reason = reason
+            self._mps_fault = mps_fault
             if grace_s is not None:
                 self.grace_s = grace_s
 
@@ -155,7 +157,11 @@ class Watchdog:
                 log.warning("%s", e)
                 continue
             if isinstance(command, Stop):
-                self.request_stop("asked to stop", command.grace_s)
+                self.request_stop(
+                    "asked to stop after a sticky CUDA fault" if command.mps_fault else "asked to stop",
+                    command.grace_s,
+                    command.mps_fault,
+                )
         return True
 
     def _own(self, scan: bool = False) -> set[int]:
@@ -316,8 +322,13 @@ class Watchdog:
                 os.close(pidfd)
 
     def _end_gpu_work(self, pids: Sequence[int]) -> None:
-        """Under MPS, have the daemon end the GPU work of ``pids`` before they are SIGKILLed."""
+        """Under MPS, have the daemon end the GPU work of ``pids`` before they are SIGKILLed: ``terminate_client``
+        each, or after a sticky fault (whose MPS server does not answer that) shut the MPS server down at once."""
         if self.mps is not None and self.mps.running():
+            if self._mps_fault:
+                self.mps.shutdown_servers(mps.TERMINATE_TIMEOUT_S)
+                self._clients_ended = True
+                return
             ended = self.mps.terminate_clients(set(pids))
             if ended:
                 self._clients_ended = True
@@ -340,7 +351,7 @@ class Watchdog:
             t0 = time.monotonic()
             self._end_gpu_work([server.pid, *proctable.children(server.pid)])
             if self._clients_ended:
-                log.info("MPS: terminate_client took %.2f s", time.monotonic() - t0)
+                log.info("MPS: the clients' GPU work was ended in %.2f s", time.monotonic() - t0)
             try:
                 os.killpg(server.pid, signal.SIGKILL)  # not reaped yet, so the group id is still its own
                 self.killed.append(server.pid)
