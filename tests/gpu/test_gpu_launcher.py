@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -153,10 +154,29 @@ def test_a_budget_lowers_the_gpu_configs_counts_and_refuses_what_cannot_fit(gpu_
     assert server.watchdog is None and not (tmp_path / "refused.log").exists()
 
 
+def path_without_mps(shadow: Path) -> str:
+    """This PATH without the MPS binaries: a folder that holds them is replaced by ``shadow``, which links
+    everything else of it (the Python stub is started through ``bash``, which may live beside them)."""
+    shadow.mkdir()
+    folders = [str(Path(sys.executable).parent)]
+    for entry in os.environ.get("PATH", "").split(os.pathsep):
+        folder = Path(entry)
+        if not entry or not folder.is_dir():
+            continue
+        if not (folder / mps.CONTROL).exists():
+            folders.append(entry)
+            continue
+        for f in folder.iterdir():
+            if f.name not in (mps.CONTROL, mps.SERVER) and not (shadow / f.name).exists():
+                (shadow / f.name).symlink_to(f)
+        folders.append(str(shadow))
+    path = os.pathsep.join(dict.fromkeys(folders))
+    assert shutil.which(mps.CONTROL, path=path) is None and shutil.which("bash", path=path) is not None
+    return path
+
+
 def test_mps_that_cannot_start_serves_without_it_or_fails_when_asked_for(gpu_server_kit, tmp_path):
-    empty = tmp_path / "no-mps-here"
-    empty.mkdir()
-    env = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{empty}"}  # no nvidia-cuda-mps-control on it
+    env = {"PATH": path_without_mps(tmp_path / "no-mps-here")}  # bash and the rest, but no nvidia-cuda-mps-control
     with running_server(tmp_path / "auto.log", env=env, mps="auto") as (server, _):
         assert server.mps is not None and not server.mps.enabled
         assert "nvidia-cuda-mps-control is not installed" in server.mps.detail
