@@ -21,8 +21,8 @@ from tritonprep_testkit.faults import OUTAGE_ANSWERS, break_and_recover, drain, 
 from tritonprep_testkit.leftovers import mps_of_host
 
 #: seconds from the fault until requests succeed again: detection (0.5-3 s) and a restart of the whole GPU server,
-#: whose launch to ready takes 20-26 s on the H100; measured recovery 19.5-22.5 s (reports/2026-11-25-h100-stage5:
-#: issue 24's 15 s is not met until the server starts faster)
+#: whose launch to ready takes 9-11 s; measured 12.5-14.5 s on an H100 and two H200s (reports/2026-11-26-gpu-stage9).
+#: A generous bound: this test checks that the server recovers; how fast is the benchmark's figure
 RECOVERY_S = 40.0
 MPS = pytest.mark.parametrize("mps", ["on", "off"], ids=["mps-on", "mps-off"])
 

@@ -336,7 +336,7 @@ class Watchdog:
 
     def _stop(self, server: subprocess.Popen[bytes]) -> None:
         log.info(
-            "stopping tritonserver pid %d (%s): SIGINT, SIGKILL after %.0f s",
+            "stopping tritonserver pid %d (%s): SIGINT, SIGKILL after %g s",
             server.pid,
             self.stop_reason,
             self.grace_s,
