@@ -79,11 +79,12 @@ def code_parameters() -> dict[str, dict[str, str | None]]:
     from tritonprep.classifier.runtimes import RUNTIME_PARAMETERS
     from tritonprep.pipeline.fused import DEFAULT_NETWORK, NETWORK_PREFIX
     from tritonprep.spec import PARAMETERS
+    from tritonprep.triton import turns
 
     runtime = {p.name: p.default or None for p in RUNTIME_PARAMETERS}  # batch_buckets: empty, described in words
     return {
         "Preprocess": {p.name: p.default for p in PARAMETERS},
-        "Classifier and embedder": {**runtime, **PYTHON_BACKEND_PARAMETERS},
+        "Classifier and embedder": {**runtime, **PYTHON_BACKEND_PARAMETERS, turns.PARAMETER: turns.DEFAULT},
         "classify_fused": {NETWORK_PREFIX + "model": DEFAULT_NETWORK},
         "Benchmark models": read_by_model_files(),
     }

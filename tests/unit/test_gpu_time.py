@@ -84,6 +84,33 @@ def test_classifier_batching_axis_drops_preferred_sizes_from_a_copy(tmp_path) ->
     assert (REPO / "model_repository" / "classifier" / "configs" / "gpu.pbtxt").read_text() == shipped
 
 
+def test_classifier_turns_axis_sets_network_turns_off_in_a_copy(tmp_path) -> None:
+    import argparse
+    import shutil
+
+    from scripts.bench.harness.phases.instances import plan, turns_of
+    from scripts.bench.harness.repos import with_parameter
+    from tritonprep_testkit.servers import REPO
+
+    assert turns_of(argparse.Namespace(classifier_turns="shipped,off")) == ["shipped", "off"]
+    with pytest.raises(ValueError, match="unknown value"):
+        turns_of(argparse.Namespace(classifier_turns="none"))
+    combos = plan(
+        argparse.Namespace(instances="", mps_threads="", classifier_batching="", classifier_turns="shipped,off")
+    )
+    assert [c[3] for c in combos] == ["shipped", "off"]
+    model = tmp_path / "classifier"
+    shutil.copytree(REPO / "model_repository" / "classifier", model, ignore=shutil.ignore_patterns("*.onnx*", "1"))
+    line = 'parameters { key: "network_turns" value: { string_value: "gpu" } }'
+    assert line in (model / "configs" / "gpu.pbtxt").read_text() and line in (model / "config.pbtxt").read_text()
+    with_parameter(model, "network_turns", "off")
+    for cfg in (model / "configs" / "gpu.pbtxt", model / "config.pbtxt"):
+        assert line.replace('"gpu"', '"off"') in cfg.read_text() and line not in cfg.read_text()
+    assert line in (REPO / "model_repository" / "classifier" / "configs" / "gpu.pbtxt").read_text()  # the source stays
+    with pytest.raises(ValueError, match="no config declares"):
+        with_parameter(model, "no_such_parameter", "x")
+
+
 def test_classifier_batching_refuses_a_preferred_line_it_cannot_read(tmp_path) -> None:
     from scripts.bench.harness.repos import without_preferred_batch_sizes
 

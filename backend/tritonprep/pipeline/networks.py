@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,8 @@ from ..triton.isolation import RequestIsolation, row_batched
 from ..triton.pb import model_config, output_dims, parameters
 from ..triton.profiling import PhaseTimer
 from ..triton.tensors import input_array, named_tensors, output_tensor, placement, requested_outputs, to_numpy
+from ..triton.turns import PARAMETER as TURNS_PARAMETER
+from ..triton.turns import turns_for
 
 log = logging.getLogger(__name__)
 
@@ -40,12 +42,18 @@ LOGITS = "logits"
 
 
 def load_network(
-    args: Mapping[str, str], config: Mapping[str, Any], onnx_path: Path, top_k: TopK | None = None
+    args: Mapping[str, str],
+    config: Mapping[str, Any],
+    onnx_path: Path,
+    top_k: TopK | None = None,
+    model_parameters: Collection[str] = (),
 ) -> Runtime:
     """The instance's network on the best runtime for its kind and device (its ``top_k`` warmed on it, see
-    :func:`warm_top_k`), reported to the launcher."""
+    :func:`warm_top_k`), reported to the launcher. ``model_parameters``: the config's parameters that the model
+    reads itself (every other one is the runtime's, and one it does not know is an error)."""
     max_batch = int(config["max_batch_size"])
-    options = RuntimeOptions.from_parameters(parameters(config), max_batch)
+    runtime_params = {k: v for k, v in parameters(config).items() if k not in model_parameters}
+    options = RuntimeOptions.from_parameters(runtime_params, max_batch)
     dims = tuple(int(d) for d in config["input"][0]["dims"])
     runtime = load_runtime(
         onnx_path,
@@ -100,13 +108,15 @@ class ClassifierModel:
         # the top-k outputs where the config declares them (k from their dims)
         self.top_k = TopK.from_output_dims(dims) if any(name in dims for name in TOP_K_OUTPUTS) else None
         onnx = Path(args["model_repository"]) / args["model_version"] / "model.onnx"
-        self.runtime = load_network(args, config, onnx, self.top_k)
+        self.turns = turns_for(args, parameters(config))  # the instances on one GPU take turns at the network
+        self.runtime = load_network(args, config, onnx, self.top_k, model_parameters=(TURNS_PARAMETER,))
         self.offered = [name for name in dims if name == LOGITS or (self.top_k and name in TOP_K_OUTPUTS)]
         log.info(
-            "classifier instance %s: runtime %s, outputs %s",
+            "classifier instance %s: runtime %s, outputs %s%s",
             args["model_instance_name"],
             self.runtime.name,
             ", ".join(self.offered),
+            ", turns at the GPU" if self.turns.enabled else "",
         )
         self._placement_logged = False
         self.timer = PhaseTimer(args["model_instance_name"])  # logs phase times with TRITONPREP_PROFILE=1
@@ -127,12 +137,16 @@ class ClassifierModel:
         """The network over every request's images at once, then only the outputs some request asked for:
         the top-k where the logits are (a few bytes an image leave the GPU), the logits copied to the host."""
         t0 = time.perf_counter()
-        logits = self.runtime.infer_many([i.x for i in inputs])
+        with self.turns:
+            t_turn = time.perf_counter()
+            logits = self.runtime.infer_many([i.x for i in inputs])
         t1 = time.perf_counter()
         wanted = frozenset().union(*(i.wanted for i in inputs))
         top = self.top_k(logits) if self.top_k is not None and wanted & set(TOP_K_OUTPUTS) else None
         host = to_numpy(logits) if LOGITS in wanted else None
-        self.timer.add(sum(len(i) for i in inputs), network=t1 - t0, top_k=time.perf_counter() - t1)
+        self.timer.add(
+            sum(len(i) for i in inputs), turn_wait=t_turn - t0, network=t1 - t_turn, top_k=time.perf_counter() - t1
+        )
         results, start = [], 0
         for i in inputs:
             stop = start + len(i)
@@ -148,6 +162,7 @@ class ClassifierModel:
 
     def close(self) -> None:
         """The sessions, their CUDA graphs and buffers, in order (not at interpreter exit)."""
+        self.turns.close()
         self.runtime.close()
 
 

@@ -105,6 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="instances phase: the classifier's preferred batch sizes, comma list of shipped, none (another axis)",
     )
     parser.add_argument(
+        "--classifier-turns",
+        default="shipped",
+        help="instances phase: the classifier's network_turns, comma list of shipped, off (another axis)",
+    )
+    parser.add_argument(
         "--mps-threads",
         default="",
         help="instances phase: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE values for the server, e.g. 100,50 (another axis; "

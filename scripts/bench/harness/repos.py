@@ -82,6 +82,20 @@ def without_preferred_batch_sizes(model_dir: Path) -> None:
         cfg.write_text(text)
 
 
+def with_parameter(model_dir: Path, key: str, value: str) -> None:
+    """Set the string parameter ``key`` to ``value`` in every config of a copied model that declares it; a linked
+    config becomes a file of its own. :class:`ValueError` if no config declares it."""
+    pattern = re.compile(r'(parameters \{ key: "' + re.escape(key) + r'" value: \{ string_value: ")[^"]*(" \} \})')
+    changed = 0
+    for cfg in model_configs(model_dir):
+        text, n = pattern.subn(lambda m: m.group(1) + value + m.group(2), cfg.read_text())
+        changed += n
+        cfg.unlink()
+        cfg.write_text(text)
+    if not changed:
+        raise ValueError(f"{model_dir}: no config declares parameter {key!r} in the one-line form this harness reads")
+
+
 def make_repo(
     dest: Path,
     *,

@@ -5,7 +5,9 @@ Serves a benchmark copy of the repository for every combination of ``--instances
 shipped count) and of ``--mps-threads`` (``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` in the server's
 environment: each MPS client's share of the SMs; it only matters under MPS, so run the phase with
 ``--mps on``) and of ``--classifier-batching`` (``shipped,none``: the classifier's preferred batch sizes kept
-or dropped), and measures ``classify`` and ``classify_fused`` (``--instance-models``) at 8
+or dropped) and of ``--classifier-turns`` (``shipped,off``: the classifier's instances taking turns at the
+GPU's network, as shipped, or running their networks side by side), and measures ``classify`` and
+``classify_fused`` (``--instance-models``) at 8
 images/request (c=64) and 32 (c=16) on each. The report ranks the combinations per model.
 """
 
@@ -14,7 +16,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from ..repos import make_repo, without_preferred_batch_sizes
+from ..repos import make_repo, with_parameter, without_preferred_batch_sizes
 from ..run import Run
 from ..settings import Setting, instance_grid, instances_label, parse_instances, parse_percentages
 
@@ -60,10 +62,23 @@ def batchings_of(args: argparse.Namespace) -> list[str]:
     return values
 
 
-def plan(args: argparse.Namespace) -> list[tuple[dict[str, int], int | None, str]]:
-    """Every (instance counts, thread percentage, classifier batching) to serve, in order."""
+#: ``--classifier-turns`` values: the shipped ``network_turns``, or ``off`` (the networks side by side)
+TURNS = ("shipped", "off")
+
+
+def turns_of(args: argparse.Namespace) -> list[str]:
+    """The ``--classifier-turns`` values, in the order given (default: the shipped config only)."""
+    values = [v.strip() for v in (getattr(args, "classifier_turns", "") or "shipped").split(",") if v.strip()]
+    unknown = sorted(set(values) - set(TURNS))
+    if unknown:
+        raise ValueError(f"--classifier-turns: unknown value(s) {unknown}; known: {', '.join(TURNS)}")
+    return values
+
+
+def plan(args: argparse.Namespace) -> list[tuple[dict[str, int], int | None, str, str]]:
+    """Every (instance counts, thread percentage, classifier batching, classifier turns) to serve, in order."""
     counts, percentages = instance_grid(parse_instances(args.instances)), parse_percentages(args.mps_threads)
-    return [(c, p, b) for c in counts for p in percentages for b in batchings_of(args)]
+    return [(c, p, b, t) for c in counts for p in percentages for b in batchings_of(args) for t in turns_of(args)]
 
 
 def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
@@ -73,13 +88,23 @@ def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
         log.warning("--mps-threads sets %s, which only an MPS client reads; this setting is %s", MPS_THREADS_ENV,
                     setting.label)  # fmt: skip
     log.info("instances phase (%s): %d server(s)", setting.label, len(combos))
-    for counts, percentage, batching in combos:
-        tag = tag_of(counts, percentage) + ("-nopref" if batching == "none" else "")
-        label = label_of(counts, percentage) + (", no preferred batch sizes" if batching == "none" else "")
+    for counts, percentage, batching, turns in combos:
+        tag = (
+            tag_of(counts, percentage)
+            + ("-nopref" if batching == "none" else "")
+            + ("-noturns" if turns == "off" else "")
+        )
+        label = (
+            label_of(counts, percentage)
+            + (", no preferred batch sizes" if batching == "none" else "")
+            + (", networks side by side" if turns == "off" else "")
+        )
         env = {MPS_THREADS_ENV: str(percentage)} if percentage is not None else None
         repo = make_repo(run.work / f"repo-{tag}", with_classify=True, with_sinks=False, counts=counts)
         if batching == "none":
             without_preferred_batch_sizes(repo / "classifier")
+        if turns == "off":
+            with_parameter(repo / "classifier", "network_turns", "off")
         with run.serve(tag, repo, setting, env=env) as srv:
             for n, conc in INSTANCE_POINTS:
                 for model in models_of(args):

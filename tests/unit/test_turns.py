@@ -1,0 +1,73 @@
+"""Turns at the GPU (tritonprep.triton.turns): which instances take them, and that a turn excludes the other
+processes of the same model and GPU until it is released, or its holder dies however it dies."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tritonprep import reports
+from tritonprep.errors import ConfigError
+from tritonprep.triton.turns import LOCKS, turns_for
+
+GPU = {"model_name": "classifier", "model_instance_kind": "GPU", "model_instance_device_id": "1"}
+HOLDER = """
+import sys, time
+from pathlib import Path
+from tritonprep.triton.turns import GpuTurns
+turns = GpuTurns("classifier", 1, Path(sys.argv[1]))
+with turns:
+    print("held", flush=True)
+    time.sleep(float(sys.argv[2]))
+"""
+
+
+def test_who_takes_turns(tmp_path):
+    env = {reports.ENV: str(tmp_path)}
+    on = turns_for(GPU, {"network_turns": "gpu"}, env)
+    assert on.enabled and on.path == tmp_path / LOCKS / "classifier-gpu1.lock" and on.path.exists()
+    on.close()
+    assert not turns_for(GPU, {}, env).enabled  # off by default
+    assert not turns_for(GPU, {"network_turns": "off"}, env).enabled
+    assert not turns_for({**GPU, "model_instance_kind": "CPU"}, {"network_turns": "gpu"}, env).enabled
+    assert not turns_for(GPU, {"network_turns": "gpu"}, {}).enabled  # no launcher, no report folder
+    with pytest.raises(ConfigError, match="network_turns: 'always' is not one of gpu, off"):
+        turns_for(GPU, {"network_turns": "always"}, env)
+
+
+def holder(folder: Path, seconds: float) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(folder), str(seconds)], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def wait_for_turn(folder: Path) -> float:
+    """Seconds this process waited for the turn of classifier on GPU 1."""
+    turns = turns_for(GPU, {"network_turns": "gpu"}, {reports.ENV: str(folder)})
+    t0 = time.monotonic()
+    with turns:
+        waited = time.monotonic() - t0
+    turns.close()
+    return waited
+
+
+def test_a_turn_excludes_the_other_instances_until_released(tmp_path):
+    proc = holder(tmp_path, 1.0)
+    assert wait_for_turn(tmp_path) > 0.5  # it held the turn for about a second
+    assert proc.wait(10) == 0
+    assert wait_for_turn(tmp_path) < 0.5  # free again
+
+
+def test_a_holder_killed_by_sigkill_releases_its_turn(tmp_path):
+    proc = holder(tmp_path, 60.0)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    assert wait_for_turn(tmp_path) < 5.0
