@@ -132,6 +132,32 @@ def test_restarted_server_stops_as_gracefully_as_the_first(tmp_path, victim):
     assert text.count("Signal (2) received.") == (1 if victim == "tritonserver" else 2)
 
 
+def test_a_retired_start_is_reaped_and_leaves_nothing(tmp_path):
+    """stop(retire=True), a restart's stop, returns at the watchdog's "released"; the new start does not wait for
+    the old watchdog's clean-up, which is reaped while the new server runs: nothing of the old start is left,
+    its work folder included, and the final stop leaves nothing of either."""
+    log = tmp_path / "tritonserver.log"
+    with running_server(log, repository=MODELS, env=HELPER) as (server, _):
+        old_prefix = server.prefix
+        assert old_prefix is not None
+        old_work = work_dir_of(old_prefix)
+        assert server.stop(timeout_s=BOUND_S, retire=True) == 0
+        server.start()
+        server.wait_ready(120)
+        deadline = time.monotonic() + BOUND_S
+        while server.reap_retired() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.reap_retired() == 0  # the old watchdog finished and was reaped (no zombie)
+        assert not of_server(old_prefix, old_work), of_server(old_prefix, old_work)
+        new_prefix = server.prefix
+        assert new_prefix not in (None, old_prefix)
+        assert_running(new_prefix)  # type: ignore[arg-type]
+        new_work = work_dir_of(new_prefix)  # type: ignore[arg-type]
+        assert server.stop() == 0
+    assert not of_server(new_prefix, new_work), of_server(new_prefix, new_work)  # type: ignore[arg-type]
+    assert log.read_text().count("and its processes are gone") == 2
+
+
 # ---------------------------------------------------------------------- the launcher
 def serve(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen[str], Path]:
     """`tritonprep serve` on the test repository, ready; returns the process and its log file."""

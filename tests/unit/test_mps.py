@@ -233,7 +233,7 @@ def test_the_watchdog_starts_the_daemon_first_and_quits_it_after_tritonserver(fa
     assert w.wait_for(Exited) == Exited(0)
     assert w.wait_for(Cleaned) == Cleaned((), 0, "quit")  # nothing left to kill
     kinds = [type(r) for r in w.reports]
-    assert kinds[-3:] == [Exited, Released, Cleaned], w.reports  # a restart may begin before the daemon quits
+    assert kinds[-3:] == [Exited, Released, Cleaned], w.reports  # after the daemon quit, before the folder goes
     assert Cleaned((), 0, "quit").nothing_killed
     assert recorded(fake)[-1] == "quit" and mps.mps_processes(work) == [] and not work.exists()
     assert not [c for c in recorded(fake) if c.startswith(("terminate_client", "shutdown_server"))]  # a clean stop

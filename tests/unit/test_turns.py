@@ -71,3 +71,11 @@ def test_a_holder_killed_by_sigkill_releases_its_turn(tmp_path):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(10)
     assert wait_for_turn(tmp_path) < 5.0
+
+
+def test_a_lock_file_that_cannot_be_opened_means_no_turns(tmp_path, caplog):
+    (tmp_path / LOCKS).write_text("a file where the folder should be")
+    turns = turns_for(GPU, {"network_turns": "gpu"}, {reports.ENV: str(tmp_path)})
+    assert not turns.enabled and "no turns at the GPU" in caplog.text
+    with turns:  # a no-op
+        pass

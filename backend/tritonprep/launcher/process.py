@@ -57,7 +57,7 @@ from .options import ADMIN_KEY_ENV, GRPC_HEADER_PREFIX, ServerOptions
 from .probes import drain, fetch_metrics
 from .protocol import Cleaned, Error, Exited, LineBuffer, Mps, Released, Started, Stop, parse_report
 from .reaper import kill_server, prefix_of, remove_regions, sweep, work_dir_prefix
-from .retire import Retiring, reap_done
+from .retire import Retiring, finish_all, reap_done
 from .served import serve_copy
 
 log = logging.getLogger(__name__)
@@ -195,7 +195,7 @@ class EmbeddedServer:
             server_cmd = [str(triton.binary)] + self.command(backend_dir, repository)
             env = self.environment(triton)
         except BaseException:
-            self.stop()
+            self._halt()
             raise
         log.debug("starting %s", " ".join(server_cmd))
         self._launch(server_cmd, env, mps_mode)
@@ -239,7 +239,7 @@ class EmbeddedServer:
                 start_new_session=True,  # Ctrl-C in a terminal reaches the launcher only, which drains first
             )
         except OSError as e:
-            self.stop()
+            self._halt()
             raise ServerError(f"cannot start the watchdog of tritonserver: {e}") from e
         finally:
             os.close(lifeline_r)
@@ -253,7 +253,7 @@ class EmbeddedServer:
             if time.monotonic() >= deadline:
                 break
         if self.pid is None:
-            code = self.stop()
+            code = self._halt()
             raise ServerError(self._start_failure(code))
 
     def _start_failure(self, code: int | None) -> str:
@@ -400,16 +400,20 @@ class EmbeddedServer:
         return drain(self.metrics_text, timeout_s)
 
     def stop(self, timeout_s: float | None = None, *, retire: bool = False, mps_fault: bool = False) -> int | None:
-        """Stop tritonserver and return its exit code: SIGINT, ``timeout_s`` (by default Triton's exit
-        timeout + 10 s) for it to finish, then SIGKILL to its process group.
+        """Stop tritonserver and return its exit code: SIGINT, ``timeout_s`` (by default Triton's exit timeout
+        + 10 s) for it to finish, then SIGKILL to its process group. Through the watchdog, which then kills what
+        is left of the tree, quits the MPS daemon and removes the regions (:attr:`cleanup` says what it had to
+        kill); should the watchdog fail to, this process does. ``retire`` (a restart): return at the watchdog's
+        ``released`` and let it finish in the background (:mod:`.retire`); a stop without it also waits for the
+        starts retired before. ``mps_fault``: a sticky CUDA fault poisoned the MPS clients (their MPS server is
+        shut down at once)."""
+        code = self._halt(timeout_s, retire, mps_fault)
+        if not retire:
+            self.reap_retired(wait=True)
+        return code
 
-        Through the watchdog, which then kills what is left of the tree, quits the MPS daemon and
-        removes the server's shared-memory regions (:attr:`cleanup` says what it had to kill); should
-        the watchdog fail to, this process does. With ``retire`` (a restart), return as soon as the
-        tree is gone and let the watchdog finish the rest in the background (:mod:`.retire`); a stop
-        without it also waits for the starts retired before. ``mps_fault``: a sticky CUDA fault poisoned
-        the MPS clients, so the watchdog shuts their MPS server down at once instead of ending each client.
-        """
+    def _halt(self, timeout_s: float | None = None, retire: bool = False, mps_fault: bool = False) -> int | None:
+        """:meth:`stop` without waiting for the retired starts (a start that failed uses it too)."""
         with self._lock:
             code = None
             if self.watchdog is not None:
@@ -448,16 +452,13 @@ class EmbeddedServer:
                 self.watchdog = None
                 self.pid = self.prefix = None
             self._close()
-            if not retire:
-                for r in self._retiring:
-                    r.finish()
-                self._retiring = []
             return code
 
-    def reap_retired(self) -> int:
-        """Reap the retired starts' watchdogs that have finished (:mod:`.retire`); how many still clean up."""
+    def reap_retired(self, wait: bool = False) -> int:
+        """Reap the retired starts' watchdogs that have finished (:mod:`.retire`), or with ``wait`` wait for
+        each; return how many still clean up."""
         with self._lock:
-            self._retiring = reap_done(self._retiring)
+            self._retiring = finish_all(self._retiring) if wait else reap_done(self._retiring)
             return len(self._retiring)
 
     def _close(self) -> None:
@@ -489,7 +490,7 @@ class EmbeddedServer:
         try:
             self.wait_ready()
         except BaseException:
-            self.stop()
+            self._halt()
             raise
         return self
 

@@ -15,8 +15,9 @@ Reports, watchdog -> launcher (``--report-fd``), in this order::
     mps off <reason>                no MPS for this start, and why (before tritonserver starts)
     started <server pid> <prefix>   tritonserver runs; its shared-memory regions are /dev/shm/<prefix>*
     exited <code>                   tritonserver ended (subprocess convention: -N for signal N)
-    released                        every process of tritonserver's tree is gone (its ports are free); the
-                                    MPS daemon, the regions and the work folder are next
+    released                        every process of tritonserver's tree is gone (its ports are free) and the
+                                    MPS daemon has quit; the regions and the work folder are next (not sent
+                                    where a process survived SIGKILL)
     cleaned <pids> <regions> <mps>  what the clean-up after tritonserver had to do: the processes it
                                     SIGKILLed (comma-separated, "-" for none), how many regions it removed,
                                     and how the MPS daemon ended (quit, killed, none)
@@ -84,8 +85,8 @@ class Exited:
 
 @dataclass(frozen=True)
 class Released:
-    """tritonserver and every process of its tree are gone: a new start may begin while the watchdog quits
-    the MPS daemon and removes the regions and the work folder."""
+    """tritonserver, every process of its tree and the MPS daemon are gone: a new start may begin while the
+    watchdog removes the regions and the work folder."""
 
     def encode(self) -> str:
         """The line (without its newline)."""

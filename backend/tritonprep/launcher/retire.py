@@ -1,12 +1,13 @@
 """Stopped starts whose watchdog still finishes its clean-up, so that a restart need not wait for it.
 
-Once tritonserver and every process of its tree are gone (the watchdog's ``released`` report), what is left
-of a stop is the watchdog's own clean-up: quitting the start's MPS daemon (after a sticky CUDA fault its MPS
-server winds down with the poisoned clients), removing the shared-memory regions and the work folder. None of
-it holds a port, a region name or an MPS server that the next start uses: that start has its own work folder,
-region prefix and MPS daemon. So :meth:`~.process.EmbeddedServer.stop` with ``retire=True`` (the
-supervisor's restarts) returns at ``released`` and keeps the old watchdog here; it is reaped at the next start
-and waited for by the final stop, which also removes whatever a watchdog that failed left behind.
+Once tritonserver and every process of its tree are gone and the start's MPS daemon has quit (the
+watchdog's ``released`` report: no port, GPU client or MPS server of the old start is left, so a GPU in an
+exclusive compute mode is free again), what is left of a stop is the watchdog's own clean-up: ending the log
+filter, removing the shared-memory regions and the work folder, and exiting. None of it holds anything the
+next start uses: that start has its own work folder, region prefix and MPS daemon. So
+:meth:`~.process.EmbeddedServer.stop` with ``retire=True`` (the supervisor's restarts) returns at ``released``
+and keeps the old watchdog here; it is reaped by the supervisor's loop and the next start, and waited for by
+the final stop, which also removes whatever a watchdog that failed left behind.
 """
 
 from __future__ import annotations
@@ -63,6 +64,13 @@ class Retiring:
             if ended:
                 log.warning("after a retired start: ended its MPS daemon %s", ended)
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def finish_all(retiring: list[Retiring]) -> list[Retiring]:
+    """Finish each (waiting for its watchdog, :data:`FINISH_S` at most); return the empty list."""
+    for r in retiring:
+        r.finish()
+    return []
 
 
 def reap_done(retiring: list[Retiring]) -> list[Retiring]:

@@ -24,7 +24,8 @@ models, then SIGKILL: with a dead stub Triton would otherwise wait its whole exi
 for a model that can no longer unload) and starts a fresh server on the same ports, both
 through :meth:`EmbeddedServer.stop` and :meth:`EmbeddedServer.start`: the server's watchdog
 removes what is left of the old tree and its shared memory (the new start begins as soon as the
-old tree is gone, while the old watchdog still quits its MPS daemon: :mod:`.retire`), and the new server is as
+old tree and MPS daemon are gone, while the old watchdog still removes its regions and folder: :mod:`.retire`),
+and the new server is as
 independent of the supervisor's thread as the first (it stops just as gracefully). More than
 ``max_restarts`` restarts within ``window_s`` is a crash loop: the supervisor gives up and
 reports it.

@@ -13,7 +13,7 @@ own (only) thread, in a new session, with the parent-death signal SIGTERM (``PR_
 follows the *thread* that forked, so it must be one that lives as long as the watchdog) and with the
 region prefix of :mod:`.reaper` on the command line.
 
-A stop is requested by ``stop <grace seconds>`` on stdin, by SIGTERM or SIGINT, or by the
+A stop is requested by ``stop <grace seconds> [mps-fault]`` on stdin, by SIGTERM or SIGINT, or by the
 launcher's death: stdin is a pipe whose write end only the launcher process holds (EOF: every
 copy is closed), and the parent pid changes. The watchdog then sends tritonserver SIGINT (Triton
 lets requests in flight finish and unloads its models) and SIGKILLs its process group after the
@@ -22,16 +22,18 @@ grace.
 However tritonserver ends (stopped, crashed, killed), the watchdog reaps it, gives the stubs a
 second to notice and exit by themselves (a healthy stub removes its own region), SIGKILLs every
 descendant that remains (a stub can deadlock in its own parent-death path and ignores SIGTERM; under
-MPS the daemon first ends each one's GPU work, ``terminate_client``), asks the MPS daemon to quit and
-kills it by pid only if it does not, removes ``/dev/shm/<prefix>*`` and the launcher's work folder for
-this start (``--work-dir``), and exits with the server's code (128+N for signal N).
+MPS the daemon first ends each one's GPU work, ``terminate_client``, or after a sticky CUDA fault
+(``mps-fault``), whose poisoned MPS server answers no such command, shuts that server down at once),
+asks the MPS daemon to quit and kills it by pid only if it does not, reports ``released`` (a restart may
+begin), removes ``/dev/shm/<prefix>*`` and the launcher's work folder for this start (``--work-dir``), and
+exits with the server's code (128+N for signal N).
 
 With ``--quiet-cuda-probes`` (the launcher sees no GPU) tritonserver's output goes through
 :mod:`.logfilter`, which leaves out Triton's failed CUDA probes; the filter ends when the output does,
 after everything else.
 
 It reports on the report fd in the line protocol of :mod:`.protocol`: ``mps``, ``started``,
-``exited``, ``cleaned`` (what it had to kill: nothing, after a clean stop) or ``error``.
+``exited``, ``released``, ``cleaned`` (what it had to kill: nothing, after a clean stop) or ``error``.
 
 If the watchdog itself is killed, tritonserver gets SIGTERM and stops gracefully; its launcher
 (:meth:`~.process.EmbeddedServer.stop`) or the next start's :func:`~.reaper.sweep` removes what
@@ -398,8 +400,9 @@ class Watchdog:
         log.info(
             "tritonserver pid %d and its processes are gone %.2f s after it exited", server_pid, time.monotonic() - t0
         )
-        self.report(Released())  # a restart may begin now: what follows holds no port and no client of a GPU
         mps_outcome = self._quit_mps()
+        if not survivors:  # a restart may begin now: no port, GPU client or MPS server of this start is left
+            self.report(Released())
         self._end_log_filter()
         _reap(set())
         removed = reaper.remove_regions(prefix)

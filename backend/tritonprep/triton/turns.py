@@ -8,8 +8,10 @@ as the stages of a pipeline do.
 
 A turn is an exclusive ``flock`` on a file in the server's work folder: the ``locks`` folder of the
 instances' reports (:data:`tritonprep.reports.ENV`), one file per model and GPU. The kernel releases a
-lock when its holder exits, however it exits, so a crashed instance never blocks the others. A server not
-started by the launcher has no such folder, and its instances take no turns.
+lock when its holder exits, however it exits, so a crashed instance never blocks the others; one that hangs
+inside the GPU while it holds its turn stalls the model's other instances on that GPU (as a hung GPU would
+anyway). A server not started by the launcher has no such folder, and its instances take no turns; neither
+do they where the lock file cannot be opened (logged).
 
 The config parameter ``network_turns`` turns it on (``gpu``) or off (``off``); CPU instances never take turns.
 """
@@ -43,8 +45,12 @@ class GpuTurns:
         self.path = None if folder is None else folder / LOCKS / f"{name}-gpu{device}.lock"
         self._fd: int | None = None
         if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            except OSError as e:  # serving matters more than the turns
+                log.warning("%s: no turns at the GPU (cannot open %s: %s)", name, self.path, e)
+                self.path = None
 
     @property
     def enabled(self) -> bool:
