@@ -186,6 +186,7 @@ def test_the_models_take_the_value_the_launcher_serves(model, config):
     from tritonprep.launcher.served import GPU_MEMORY_PARAM
     from tritonprep.pipeline.fused import split_parameters
     from tritonprep.spec import PreprocessConfig
+    from tritonprep.triton import turns
 
     parsed = read(REPO / model / config)
     for value in (parsed.parameters[GPU_MEMORY_PARAM].string_value, "1500"):
@@ -201,4 +202,5 @@ def test_the_models_take_the_value_the_launcher_serves(model, config):
             PreprocessConfig.from_parameters(prep, ["PIXELS"])
             RuntimeOptions.from_parameters({k: v for k, v in net.items() if k != "model"}, parsed.max_batch_size)
         else:
+            params.pop(turns.PARAMETER, None)  # the classifier model reads it itself (ClassifierModel)
             RuntimeOptions.from_parameters(params, parsed.max_batch_size)
