@@ -227,9 +227,9 @@ class MpsDaemon:
             time.sleep(0.05)
         raise ServerError(f"the MPS daemon's server did not start within {READY_TIMEOUT_S:.0f} s")
 
-    def command(self, *commands: str) -> str:
-        """Send control commands; :class:`ServerError` if the daemon does not answer."""
-        return control(self.pipe_dir, list(commands), self.env)
+    def command(self, *commands: str, timeout_s: float = COMMAND_TIMEOUT_S) -> str:
+        """Send control commands; :class:`ServerError` if the daemon does not answer within ``timeout_s``."""
+        return control(self.pipe_dir, list(commands), self.env, timeout_s)
 
     def servers(self) -> list[int]:
         """The pids of the daemon's MPS servers."""
@@ -251,7 +251,7 @@ class MpsDaemon:
                 clients = [c for c in self.clients(server) if pids is None or c in pids]
                 for client in clients:
                     try:
-                        control(self.pipe_dir, [f"terminate_client {server} {client}"], self.env, TERMINATE_TIMEOUT_S)
+                        self.command(f"terminate_client {server} {client}", timeout_s=TERMINATE_TIMEOUT_S)
                     except ServerError as e:  # a poisoned MPS server may never answer: end it at once instead
                         log.warning("MPS: %s; shutting its MPS server down at once", e)
                         self.shutdown_servers(TERMINATE_TIMEOUT_S)
@@ -264,16 +264,22 @@ class MpsDaemon:
     def shutdown_servers(self, timeout_s: float = COMMAND_TIMEOUT_S) -> list[int]:
         """Shut every MPS server of the daemon down at once (``shutdown_server <pid> -f``), ending its clients'
         GPU work, as CUDA's MPS documentation advises for work that cannot end (a sticky fault); return them."""
-        done = []
+        done: list[int] = []
         try:
-            for server in self.servers():
-                control(self.pipe_dir, [f"shutdown_server {server} -f"], self.env, timeout_s)
-                done.append(server)
+            self._force_shutdown(timeout_s, done)
         except ServerError as e:
             log.warning("MPS: could not shut the MPS server down: %s", e)
         if done:
             log.info("MPS: shut MPS server(s) %s down at once", done)
         return done
+
+    def _force_shutdown(self, timeout_s: float, done: list[int] | None = None) -> None:
+        """``shutdown_server <pid> -f`` for each MPS server (appended to ``done``); :class:`ServerError` at the
+        first the daemon does not answer."""
+        for server in self.servers():
+            self.command(f"shutdown_server {server} -f", timeout_s=timeout_s)
+            if done is not None:
+                done.append(server)
 
     def running(self) -> bool:
         """True while the daemon process runs."""
@@ -295,8 +301,7 @@ class MpsDaemon:
         if daemon.poll() is None:
             try:
                 if force:
-                    for server in self.servers():
-                        self.command(f"shutdown_server {server} -f")
+                    self._force_shutdown(COMMAND_TIMEOUT_S)
                 self.command("quit")
                 daemon.wait(QUIT_TIMEOUT_S)
             except (ServerError, subprocess.TimeoutExpired) as e:

@@ -35,7 +35,6 @@ import logging
 import os
 import secrets
 import select
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -56,8 +55,8 @@ from .install import TritonInstall, visible_gpus
 from .options import ADMIN_KEY_ENV, GRPC_HEADER_PREFIX, ServerOptions
 from .probes import drain, fetch_metrics
 from .protocol import Cleaned, Error, Exited, LineBuffer, Mps, Released, Started, Stop, parse_report
-from .reaper import kill_server, prefix_of, remove_regions, sweep, work_dir_prefix
-from .retire import Retiring, finish_all, reap_done
+from .reaper import prefix_of, sweep, work_dir_prefix
+from .retire import Retiring, finish_all, reap_done, remove_left
 from .served import serve_copy
 
 log = logging.getLogger(__name__)
@@ -438,17 +437,14 @@ class EmbeddedServer:
                         self.watchdog.kill()
                         self.watchdog.wait()
                 code = self.poll()
-                if retire and self.watchdog.poll() is None:  # it quits the MPS daemon, removes regions and folder
+                if retire and self.watchdog.poll() is None:  # it removes the regions and the work folder
                     self._retiring.append(Retiring(self.watchdog, self._workdir, self.prefix))
                     self._workdir = None
                     self.prefix = None
                 for _ in range(100):  # the rest of its reports (the clean-up's)
                     if not self._read_reports():
                         break
-                if self.prefix is not None:  # normally nothing is left; if the watchdog failed, this cleans up
-                    killed, removed = kill_server(self.prefix), remove_regions(self.prefix)
-                    if killed or removed:
-                        log.warning("after the watchdog: killed %s, removed regions %s", killed, removed)
+                remove_left(self.prefix, None, "the watchdog")  # normally nothing; if the watchdog failed, this
                 self.watchdog = None
                 self.pid = self.prefix = None
             self._close()
@@ -470,13 +466,9 @@ class EmbeddedServer:
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
-        if self._workdir is not None:
-            if self.cleanup is None:  # the watchdog did not get to quit it
-                ended = mps.shut_down(self._workdir)
-                if ended:
-                    log.warning("after the watchdog: ended its MPS daemon %s", ended)
-            shutil.rmtree(self._workdir, ignore_errors=True)
-            self._workdir = None
+        # the daemon too where the watchdog did not get to quit it
+        remove_left(None, self._workdir, "the watchdog", end_mps=self.cleanup is None)
+        self._workdir = None
 
     def log_tail(self, lines: int = 40) -> str:
         """The last ``lines`` of the server log, headed, or "" without a log file."""

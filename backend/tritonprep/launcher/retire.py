@@ -55,15 +55,24 @@ class Retiring:
             self.watchdog.wait()
         if self.watchdog.returncode is not None and self.watchdog.returncode < 0:
             log.warning("the retiring watchdog (pid %d) died (code %d)", self.watchdog.pid, self.watchdog.returncode)
-        if self.prefix is not None:  # normally nothing is left
-            killed, removed = kill_server(self.prefix), remove_regions(self.prefix)
-            if killed or removed:
-                log.warning("after a retired start: killed %s, removed regions %s", killed, removed)
-        if self.workdir is not None and self.workdir.exists():
-            ended = mps.shut_down(self.workdir)
+        workdir = self.workdir if self.workdir is not None and self.workdir.exists() else None
+        remove_left(self.prefix, workdir, "a retired start")  # normally nothing is left
+
+
+def remove_left(prefix: str | None, workdir: Path | None, after: str, end_mps: bool = True) -> None:
+    """What a start's watchdog did not remove: the processes and regions of ``prefix``, and ``workdir``, with
+    the MPS daemon whose pipe folder lies in it unless ``end_mps`` is False (the watchdog quit it); what had
+    to be done is logged as ``after <after>: ...``."""
+    if prefix is not None:
+        killed, removed = kill_server(prefix), remove_regions(prefix)
+        if killed or removed:
+            log.warning("after %s: killed %s, removed regions %s", after, killed, removed)
+    if workdir is not None:
+        if end_mps:
+            ended = mps.shut_down(workdir)
             if ended:
-                log.warning("after a retired start: ended its MPS daemon %s", ended)
-            shutil.rmtree(self.workdir, ignore_errors=True)
+                log.warning("after %s: ended its MPS daemon %s", after, ended)
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def finish_all(retiring: list[Retiring]) -> list[Retiring]:

@@ -51,28 +51,29 @@ def label_of(counts: dict[str, int], percentage: int | None) -> str:
 
 #: ``--classifier-batching`` values: the shipped config's preferred batch sizes, or none
 BATCHING = ("shipped", "none")
-
-
-def batchings_of(args: argparse.Namespace) -> list[str]:
-    """The ``--classifier-batching`` values, in the order given (default: the shipped config only)."""
-    values = [v.strip() for v in (getattr(args, "classifier_batching", "") or "shipped").split(",") if v.strip()]
-    unknown = sorted(set(values) - set(BATCHING))
-    if unknown:
-        raise ValueError(f"--classifier-batching: unknown value(s) {unknown}; known: {', '.join(BATCHING)}")
-    return values
-
-
 #: ``--classifier-turns`` values: the shipped ``network_turns``, or ``off`` (the networks side by side)
 TURNS = ("shipped", "off")
 
 
+def axis_values(args: argparse.Namespace, option: str, known: tuple[str, ...]) -> list[str]:
+    """The values of the comma-list ``option`` (e.g. ``--classifier-turns``), in the order given (default:
+    ``shipped`` only); :class:`ValueError` naming those not in ``known``."""
+    given = getattr(args, option.removeprefix("--").replace("-", "_"), "") or "shipped"
+    values = [v.strip() for v in given.split(",") if v.strip()]
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise ValueError(f"{option}: unknown value(s) {unknown}; known: {', '.join(known)}")
+    return values
+
+
+def batchings_of(args: argparse.Namespace) -> list[str]:
+    """The ``--classifier-batching`` values, in the order given (default: the shipped config only)."""
+    return axis_values(args, "--classifier-batching", BATCHING)
+
+
 def turns_of(args: argparse.Namespace) -> list[str]:
     """The ``--classifier-turns`` values, in the order given (default: the shipped config only)."""
-    values = [v.strip() for v in (getattr(args, "classifier_turns", "") or "shipped").split(",") if v.strip()]
-    unknown = sorted(set(values) - set(TURNS))
-    if unknown:
-        raise ValueError(f"--classifier-turns: unknown value(s) {unknown}; known: {', '.join(TURNS)}")
-    return values
+    return axis_values(args, "--classifier-turns", TURNS)
 
 
 def plan(args: argparse.Namespace) -> list[tuple[dict[str, int], int | None, str, str]]:
