@@ -1,12 +1,14 @@
 """The classifier alone, in one process, and the pipelines a user could build instead.
 
     python -m scripts.bench.classifier_bench ort  --out ort.json     # ONNX Runtime CUDA EP variants
+        [--fuse-conv-bias 0,1]
     python -m scripts.bench.classifier_bench dali --out dali.json --images DIR   # DALI -> the same ORT runtime
         [--dali-best '{"batch": 128, "threads": 4, "hw_decoder_load": 0.9, "prefetch": 1}']
     python -m scripts.bench.classifier_bench memory --out mem.json  # GPU memory and start time by option
         [--buckets "1,2,4,8,16,32,64,128,256;1,8,32,64"] [--conv-algo-search heuristic,exhaustive]
         [--max-workspace 0,1] [--arena same_as_requested,next_power_of_two] [--gpu-memory-mb 2200]
-        [--layout nhwc,nchw] [--graphs 1,0] [--cache off|cold-warm] [--network classifier|embedder]
+        [--layout nhwc,nchw] [--graphs 1,0] [--fuse-conv-bias 0,1] [--cache off|cold-warm]
+        [--network classifier|embedder]
 
 ``ort`` runs tritonprep's :class:`~tritonprep.classifier.ort_cuda.OrtCudaRuntime` in each configuration
 (FP32/FP16, NCHW/NHWC, with and without CUDA graphs) at batch 1, 8, 64 and 256 with the input
@@ -19,9 +21,9 @@ JSON) or else in three fixed ones. The network ceiling in PyTorch is
 ``memory`` loads one instance's network (FP16, NHWC, CUDA graphs) in a fresh process for each
 combination of the ONNX Runtime CUDA EP options that decide memory and start time
 (:mod:`tritonprep.classifier.ort_options`; comma lists, every combination of them): the batch bucket
-sets (``;``-separated), ``cudnn_conv_algo_search``, ``cudnn_conv_use_max_workspace`` and
-``arena_extend_strategy``, optionally under a ``gpu_memory_mb`` budget; each row has the load time
-and its phases (``timings``: sessions and graph captures per bucket), the device memory the runtime
+sets (``;``-separated), ``cudnn_conv_algo_search``, ``cudnn_conv_use_max_workspace``,
+``arena_extend_strategy`` and ``fuse_conv_bias``, optionally under a ``gpu_memory_mb`` budget; each row has the
+load time and its phases (``timings``: sessions and graph captures per bucket), the device memory the runtime
 took, the process's GPU memory (nvidia-smi) and b64 images/s. ``--cache cold-warm`` loads each
 combination twice, the second time from the optimized models the first kept (the start-up cache,
 :mod:`tritonprep.cache`), so the rows show what the cache saves. ``ort`` takes the same option flags
@@ -37,6 +39,7 @@ import logging
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +72,9 @@ def timed(fn: Any, seconds: float, min_reps: int = 20) -> list[float]:
     return times
 
 
-def ort_rows(seconds: float, ep: Any = None) -> list[dict[str, Any]]:
+def ort_rows(seconds: float, eps: Sequence[Any] = (None,)) -> list[dict[str, Any]]:
+    """Every variant of :data:`VARIANTS` with the first CUDA EP options of ``eps``; the FP16 NHWC ones again with
+    each of the others (e.g. ``fuse_conv_bias`` on)."""
     import cupy as cp
 
     from tritonprep.classifier.ort_cuda import OrtCudaRuntime
@@ -77,7 +82,10 @@ def ort_rows(seconds: float, ep: Any = None) -> list[dict[str, Any]]:
 
     rows = []
     rng = np.random.default_rng(0)
-    for label, precision, nhwc, graphs in VARIANTS:
+    runs = [(v, eps[0]) for v in VARIANTS] + [(v, ep) for ep in eps[1:] for v in VARIANTS if v[2]]
+    for (label, precision, nhwc, graphs), ep in runs:
+        if ep is not None and ep != eps[0]:
+            label = f"{label}, {ep.describe()}"
         t0 = time.perf_counter()
         rt = OrtCudaRuntime(
             model_file(ONNX, precision), DIMS, buckets=BATCHES, nhwc=nhwc, cuda_graphs=graphs, ep_options=ep
@@ -196,10 +204,17 @@ def option_grid(args: argparse.Namespace) -> list[tuple[tuple[int, ...], dict[st
                 "arena_extend_strategy": arena,
                 "layout": layout,
                 "cuda_graphs": graphs,
+                "fuse_conv_bias": fuse,
             },
         )
-        for buckets, algo, ws, arena, layout, graphs in itertools.product(
-            bucket_sets, args.conv_algo_search, args.max_workspace, args.arena, args.layout, args.graphs
+        for buckets, algo, ws, arena, layout, graphs, fuse in itertools.product(
+            bucket_sets,
+            args.conv_algo_search,
+            args.max_workspace,
+            args.arena,
+            args.layout,
+            args.graphs,
+            args.fuse_conv_bias,
         )
     ]
 
@@ -331,6 +346,13 @@ def main(argv: list[str] | None = None) -> int:
         default=[True],
         help="memory: CUDA graphs, comma list of 1 and 0 (default: 1)",
     )
+    parser.add_argument(
+        "--fuse-conv-bias",
+        type=lambda t: [w == "1" or w == "true" for w in words(t)],
+        default=[False],
+        help="fuse_conv_bias values, comma list of 0 and 1 (default: 0); ort: the FP16 NHWC variants again with each "
+        "value after the first",
+    )
     parser.add_argument("--gpu-memory-mb", type=int, help="memory: an instance budget spread over the arenas")
     parser.add_argument(
         "--cache",
@@ -345,8 +367,11 @@ def main(argv: list[str] | None = None) -> int:
     elif args.what == "ort":
         from tritonprep.classifier.ort_options import CudaEpOptions
 
-        ep = CudaEpOptions(args.conv_algo_search[0], args.max_workspace[0], args.arena[0])
-        rows = ort_rows(args.seconds, ep)
+        eps = [
+            CudaEpOptions(args.conv_algo_search[0], args.max_workspace[0], args.arena[0], fuse)
+            for fuse in args.fuse_conv_bias
+        ]
+        rows = ort_rows(args.seconds, eps)
     else:
         rows = dali_rows(args.images, args.seconds, args.dali_best)
     args.out.write_text("\n".join(json.dumps(r) for r in rows) + "\n")

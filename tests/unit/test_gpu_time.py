@@ -111,6 +111,21 @@ def test_classifier_turns_axis_sets_network_turns_off_in_a_copy(tmp_path) -> Non
         with_parameter(model, "no_such_parameter", "x")
 
 
+def test_classifier_parameter_axis_serves_one_copy_per_value() -> None:
+    import argparse
+
+    from scripts.bench.harness.phases.instances import parameter_axis, plan
+
+    none = argparse.Namespace(instances="", mps_threads="", classifier_batching="", classifier_turns="")
+    assert parameter_axis(none) == ("", ["shipped"]) and [c[4] for c in plan(none)] == ["shipped"]
+    given = argparse.Namespace(**vars(none), classifier_parameter="fuse_conv_bias=shipped, true")
+    assert parameter_axis(given) == ("fuse_conv_bias", ["shipped", "true"])
+    assert [c[4] for c in plan(given)] == ["shipped", "true"]
+    for bad in ("fuse_conv_bias", "=true", "fuse_conv_bias="):
+        with pytest.raises(ValueError, match="KEY=VALUE"):
+            parameter_axis(argparse.Namespace(classifier_parameter=bad))
+
+
 def test_classifier_batching_refuses_a_preferred_line_it_cannot_read(tmp_path) -> None:
     from scripts.bench.harness.repos import without_preferred_batch_sizes
 

@@ -55,13 +55,16 @@ def test_ep_options_default_to_less_memory_and_a_faster_start_than_onnx_runtimes
         "cudnn_conv_algo_search": "HEURISTIC",
         "cudnn_conv_use_max_workspace": "0",
         "arena_extend_strategy": "kSameAsRequested",
+        "fuse_conv_bias": "0",
     }
     exhaustive = CudaEpOptions("exhaustive", True, "next_power_of_two").provider()
     assert (
         exhaustive["cudnn_conv_algo_search"] == "EXHAUSTIVE"
         and exhaustive["arena_extend_strategy"] == "kNextPowerOfTwo"
     )
-    assert exhaustive["cudnn_conv_use_max_workspace"] == "1"
+    assert exhaustive["cudnn_conv_use_max_workspace"] == "1" and exhaustive["fuse_conv_bias"] == "0"
+    fused = CudaEpOptions(fuse_conv_bias=True)
+    assert fused.provider()["fuse_conv_bias"] == "1" and fused.describe().endswith("/fused-bias")
     with pytest.raises(ConfigError, match="cudnn_conv_algo_search"):
         CudaEpOptions("fastest")
 
@@ -74,10 +77,11 @@ def test_runtime_parameters_carry_the_ep_options_and_the_budget():
             "cudnn_conv_algo_search": "EXHAUSTIVE",
             "cudnn_conv_use_max_workspace": "true",
             "arena_extend_strategy": "next_power_of_two",
+            "fuse_conv_bias": "true",
         },
         256,
     )
-    assert o.ep == CudaEpOptions("exhaustive", True, "next_power_of_two")
+    assert o.ep == CudaEpOptions("exhaustive", True, "next_power_of_two", True)
     assert o.budget_mb == 2200
     defaults = RuntimeOptions.from_parameters({}, 256)
     assert defaults.ep == CudaEpOptions() and defaults.budget_mb is None

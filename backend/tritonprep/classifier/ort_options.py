@@ -10,6 +10,9 @@ ONNX Runtime 1.26+ expects the CUDA EP to be found, and the optimized models kep
   Runtime's default is on; each bucket's arena then keeps that workspace);
 * ``arena_extend_strategy``: how a bucket's arena grows: by what is asked (``kSameAsRequested``) or by
   powers of two (``kNextPowerOfTwo``, ONNX Runtime's default: up to twice what it needs);
+* ``fuse_conv_bias``: each convolution adds its bias inside cuDNN's own kernel (a cuDNN frontend graph of
+  convolution and bias) instead of in a second kernel over the whole output (``cudnnAddTensor``); where cuDNN
+  has no fused kernel for a convolution, ONNX Runtime falls back to the two kernels by itself;
 * ``gpu_mem_limit``: the most one bucket session's arena may hold (:func:`session_caps_mb` spreads an
   instance's ``gpu_memory_mb`` over its buckets).
 
@@ -63,6 +66,7 @@ class CudaEpOptions:
     conv_algo_search: str = "heuristic"
     conv_max_workspace: bool = False
     arena_extend_strategy: str = "same_as_requested"
+    fuse_conv_bias: bool = False
 
     def __post_init__(self) -> None:
         if self.conv_algo_search not in CONV_ALGO_SEARCH:
@@ -80,11 +84,13 @@ class CudaEpOptions:
             "cudnn_conv_algo_search": self.conv_algo_search.upper(),
             "cudnn_conv_use_max_workspace": "1" if self.conv_max_workspace else "0",
             "arena_extend_strategy": _ARENA_NAMES[self.arena_extend_strategy],
+            "fuse_conv_bias": "1" if self.fuse_conv_bias else "0",
         }
 
     def describe(self) -> str:
         """For the log and the benchmarks' rows: ``heuristic/ws0/same_as_requested``."""
-        return f"{self.conv_algo_search}/ws{int(self.conv_max_workspace)}/{self.arena_extend_strategy}"
+        fused = "/fused-bias" if self.fuse_conv_bias else ""
+        return f"{self.conv_algo_search}/ws{int(self.conv_max_workspace)}/{self.arena_extend_strategy}{fused}"
 
 
 def session_caps_mb(

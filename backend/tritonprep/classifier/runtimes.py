@@ -131,6 +131,13 @@ RUNTIME_PARAMETERS: tuple[Parameter, ...] = (
         "same_as_requested",
         "same_as_requested or next_power_of_two: how a bucket's ONNX Runtime arena grows",
     ),
+    Parameter(
+        "fuse_conv_bias",
+        "fuse_conv_bias",
+        read_bool,
+        "false",
+        "add each convolution's bias inside cuDNN's convolution (one kernel) instead of in a kernel of its own",
+    ),
 )
 _TABLE = {p.name: p for p in RUNTIME_PARAMETERS}
 #: parameters of a network model's config that Triton's Python backend reads itself
@@ -153,6 +160,7 @@ class RuntimeOptions:
     cudnn_conv_algo_search: str = "heuristic"
     cudnn_conv_use_max_workspace: bool = False
     arena_extend_strategy: str = "same_as_requested"
+    fuse_conv_bias: bool = False
 
     def __post_init__(self) -> None:
         for name, choices in (
@@ -174,7 +182,12 @@ class RuntimeOptions:
     @property
     def ep(self) -> CudaEpOptions:
         """The ONNX Runtime CUDA EP options (tritonprep.classifier.ort_options)."""
-        return CudaEpOptions(self.cudnn_conv_algo_search, self.cudnn_conv_use_max_workspace, self.arena_extend_strategy)
+        return CudaEpOptions(
+            self.cudnn_conv_algo_search,
+            self.cudnn_conv_use_max_workspace,
+            self.arena_extend_strategy,
+            self.fuse_conv_bias,
+        )
 
     @property
     def budget_mb(self) -> int | None:

@@ -110,6 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="instances phase: the classifier's network_turns, comma list of shipped, off (another axis)",
     )
     parser.add_argument(
+        "--classifier-parameter",
+        default="",
+        help="instances phase: KEY=shipped,VALUE,... one more parameter of the classifier's configs, e.g. "
+        "fuse_conv_bias=shipped,true (another axis)",
+    )
+    parser.add_argument(
         "--mps-threads",
         default="",
         help="instances phase: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE values for the server, e.g. 100,50 (another axis; "

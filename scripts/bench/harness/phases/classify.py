@@ -1,10 +1,10 @@
 """Phase ``classify``: the whole job, JPEG in, predictions out.
 
-Once per run (one process each): the classifier alone (ONNX Runtime CUDA EP variants,
-``scripts.bench.classifier_bench ort``), the network ceiling in PyTorch (``--torch-python``) and the
-pipeline a user would hand-roll (DALI feeding the same ONNX Runtime runtime). Per server setting: the
-``classify`` ensemble and the one-process ``classify_fused`` side by side on one server, point by point, at
-1, 8 and 32 images/request (``--points goals``: the points the goals read).
+Once per run (one process each): the classifier alone (ONNX Runtime CUDA EP variants, the FP16 NHWC ones
+with and without ``fuse_conv_bias``: ``scripts.bench.classifier_bench ort``), the network ceiling in PyTorch
+(``--torch-python``) and the pipeline a user would hand-roll (DALI feeding the same ONNX Runtime runtime). Per
+server setting: the ``classify`` ensemble and the one-process ``classify_fused`` side by side on one server, point
+by point, at 1, 8 and 32 images/request (``--points goals``: the points the goals read).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def _classifier_bench(*args: str) -> list[str]:
 def once(run: Run, args: argparse.Namespace) -> None:
     """The classifier alone, PyTorch's ceiling, DALI feeding ONNX Runtime."""
     if "classifier" not in args.skip:
-        run.add_rows(run_json_lines(_classifier_bench("ort")))
+        run.add_rows(run_json_lines(_classifier_bench("ort", "--fuse-conv-bias", "0,1")))
     if args.torch_python and "torch" not in args.skip:
         run.add_rows(run_json_lines([args.torch_python, str(HERE / "torch_ceiling.py")],
                                     env={"PYTHONPATH": os.environ.get("TORCH_EXTRA_PATH", "")}))  # fmt: skip

@@ -6,7 +6,9 @@ shipped count) and of ``--mps-threads`` (``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` i
 environment: each MPS client's share of the SMs; it only matters under MPS, so run the phase with
 ``--mps on``) and of ``--classifier-batching`` (``shipped,none``: the classifier's preferred batch sizes kept
 or dropped) and of ``--classifier-turns`` (``shipped,off``: the classifier's instances taking turns at the
-GPU's network, as shipped, or running their networks side by side), and measures ``classify`` and
+GPU's network, as shipped, or running their networks side by side) and of ``--classifier-parameter``
+(``KEY=shipped,VALUE,...``: one more parameter of the classifier's configs, e.g. ``fuse_conv_bias=shipped,true``),
+and measures ``classify`` and
 ``classify_fused`` (``--instance-models``) at 8
 images/request (c=64) and 32 (c=16) on each. The report ranks the combinations per model.
 """
@@ -76,10 +78,33 @@ def turns_of(args: argparse.Namespace) -> list[str]:
     return axis_values(args, "--classifier-turns", TURNS)
 
 
-def plan(args: argparse.Namespace) -> list[tuple[dict[str, int], int | None, str, str]]:
-    """Every (instance counts, thread percentage, classifier batching, classifier turns) to serve, in order."""
+def parameter_axis(args: argparse.Namespace) -> tuple[str, list[str]]:
+    """``(key, values)`` of ``--classifier-parameter KEY=V1,V2`` (``shipped``: the config's own value); ``("",
+    ["shipped"])`` without it; :class:`ValueError` for a malformed one."""
+    given = (getattr(args, "classifier_parameter", "") or "").strip()
+    if not given:
+        return "", ["shipped"]
+    key, sep, values = given.partition("=")
+    items = [v.strip() for v in values.split(",") if v.strip()]
+    if not sep or not key.strip() or not items:
+        raise ValueError(f"--classifier-parameter: expected KEY=VALUE,VALUE (e.g. fuse_conv_bias=shipped,true), got "
+                         f"{given!r}")  # fmt: skip
+    return key.strip(), items
+
+
+def plan(args: argparse.Namespace) -> list[tuple[dict[str, int], int | None, str, str, str]]:
+    """Every (instance counts, thread percentage, classifier batching, classifier turns, classifier parameter value)
+    to serve, in order."""
     counts, percentages = instance_grid(parse_instances(args.instances)), parse_percentages(args.mps_threads)
-    return [(c, p, b, t) for c in counts for p in percentages for b in batchings_of(args) for t in turns_of(args)]
+    values = parameter_axis(args)[1]
+    return [
+        (c, p, b, t, v)
+        for c in counts
+        for p in percentages
+        for b in batchings_of(args)
+        for t in turns_of(args)
+        for v in values
+    ]
 
 
 def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
@@ -89,16 +114,19 @@ def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
         log.warning("--mps-threads sets %s, which only an MPS client reads; this setting is %s", MPS_THREADS_ENV,
                     setting.label)  # fmt: skip
     log.info("instances phase (%s): %d server(s)", setting.label, len(combos))
-    for counts, percentage, batching, turns in combos:
+    key = parameter_axis(args)[0]
+    for counts, percentage, batching, turns, value in combos:
         tag = (
             tag_of(counts, percentage)
             + ("-nopref" if batching == "none" else "")
             + ("-noturns" if turns == "off" else "")
+            + (f"-{key}-{value}" if value != "shipped" else "")
         )
         label = (
             label_of(counts, percentage)
             + (", no preferred batch sizes" if batching == "none" else "")
             + (", networks side by side" if turns == "off" else "")
+            + (f", {key} {value}" if value != "shipped" else "")
         )
         env = {MPS_THREADS_ENV: str(percentage)} if percentage is not None else None
         repo = make_repo(run.work / f"repo-{tag}", with_classify=True, with_sinks=False, counts=counts)
@@ -106,6 +134,8 @@ def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
             without_preferred_batch_sizes(repo / "classifier")
         if turns == "off":
             with_parameter(repo / "classifier", "network_turns", "off")
+        if value != "shipped":
+            with_parameter(repo / "classifier", key, value)
         with run.serve(tag, repo, setting, env=env) as srv:
             for n, conc in INSTANCE_POINTS:
                 for model in models_of(args):
