@@ -60,10 +60,8 @@ def test_sessions_carry_the_ep_options_the_caps_and_no_lookup_warning(ort_gpu, c
             assert int(options["user_compute_stream"]) == rt.stream.ptr and options["device_id"] == "0"
         logits = rt.infer(cp.asarray(batch))
         assert logits.shape == (len(batch), 1000)
-        phases = {"imports", "cuda_context", "session_b1", "first_run_b1", "first_runs", "capture_b1", "measure"}
+        phases = {"imports", "cuda_context", "session_b1", "first_run_b1", "capture_b1", "capture_b8", "measure"}
         assert phases <= set(rt.timings), rt.timings
-        # the buckets' first runs overlap: all of them take less than their sum
-        assert rt.timings["first_runs"] < rt.timings["first_run_b1"] + rt.timings["first_run_b8"], rt.timings
         assert rt.plan.measured and rt.timings["capture_b8"] < rt.timings["first_run_b8"], rt.timings
     finally:
         rt.close()

@@ -32,7 +32,6 @@ import contextlib
 import gc
 import io
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -119,6 +118,13 @@ def copy_rows(cp: Any, dst: Any, src: Any, stream: Any) -> bool:
     return True
 
 
+def _numel(dims: Sequence[int]) -> int:
+    n = 1
+    for d in dims:
+        n *= int(d)
+    return n
+
+
 def session_error(model: Path, errors: list[str], preload_report: str = "") -> RuntimeUnavailable:
     """What to tell when no CUDA session of ``model`` could be made (``errors``: ORT's, last one last): a model
     file ORT cannot read says so and how to rebuild it; anything else names the GPU install."""
@@ -160,10 +166,10 @@ class OrtCudaRuntime:
         meanwhile: Callable[[], object] | None = None,
     ) -> None:
         """``meanwhile``: the caller's other start-up work (``classify_fused``'s preprocessing warm-up), run on
-        this thread while the buckets' first runs go on threads of their own; the captures wait for both."""
+        this thread while the buckets' first runs go on a thread of their own; the captures wait for both."""
         t0 = time.perf_counter()
-        #: seconds of each start-up phase: imports, cuda_context, session_b<N>, first_run_b<N> (side by side; first_runs
-        #: all of them) and capture_b<N> per bucket, measure (the buckets' replay times)
+        #: seconds of each start-up phase: imports, cuda_context, session_b<N>, first_run_b<N> and capture_b<N> per
+        #: bucket, measure (the buckets' replay times)
         self.timings: dict[str, float] = {}
         self._closed = False
         self._buckets: list[_Bucket] = []
@@ -203,7 +209,7 @@ class OrtCudaRuntime:
             "prefer_nhwc": "1" if nhwc else "0",
             **self.ep_options.provider(),
         }
-        io_mb = sum(b * (math.prod(self.input_dims) + 1000) * 4 for b in buckets) / 2**20  # bound input and output rows
+        io_mb = sum(b * (_numel(self.input_dims) + 1000) * 4 for b in buckets) / 2**20  # bound input and output rows
         #: the arena cap of each bucket session, MiB (0: none)
         self.session_caps_mb = session_caps_mb(
             buckets, budget_mb=gpu_memory_mb, explicit_mb=gpu_mem_limit_mb, io_mb=io_mb, shared_mb=shared_mb
@@ -342,9 +348,8 @@ class OrtCudaRuntime:
 
     def _warm_up(self) -> None:
         """Each bucket's first run (cuDNN's heuristics pick each convolution's algorithm: seconds per bucket), neither
-        capturing nor replaying (run option ``gpu_graph_id`` -1), the buckets side by side on threads of their own
-        (:meth:`_first_runs`), while ``meanwhile`` runs here (ONNX Runtime lets go of the GIL, the decoders' first
-        call may not); then the captures (hundredths of a second:
+        capturing nor replaying (run option ``gpu_graph_id`` -1), on a thread while ``meanwhile`` runs here (ONNX
+        Runtime lets go of the GIL, the decoders' first call may not); then the captures (hundredths of a second:
         the algorithms are known) and the replay times on this thread, the one :meth:`infer` runs on (ONNX Runtime
         keeps its graphs per thread; a capture needs the process to itself)."""
         pairs = list(zip(self._buckets, self.session_caps_mb))
@@ -376,20 +381,10 @@ class OrtCudaRuntime:
         self.timings["measure"] = time.perf_counter() - t0
 
     def _first_runs(self, pairs: list[tuple[_Bucket, int]], options: Any) -> None:
-        """Every bucket's first run at once, each on a thread (mostly host work: cuDNN's plans for its shapes, with
-        ``fuse_conv_bias`` its fused kernels; a session each, own handles and arena); ``options``: no capture."""
-        t0 = time.perf_counter()
-
-        def first_run(bucket: _Bucket, cap: int) -> None:
-            started = time.perf_counter()
+        for bucket, cap in pairs:
+            t0 = time.perf_counter()
             self._run_bucket(bucket, cap, options)
-            self.timings[f"first_run_b{bucket.size}"] = time.perf_counter() - started
-
-        with ThreadPoolExecutor(len(pairs), thread_name_prefix="tritonprep-ort-bucket") as pool:
-            runs = [pool.submit(first_run, bucket, cap) for bucket, cap in pairs]
-        for run in runs:  # every run has ended (the pool waited for them) before the first error goes up
-            run.result()
-        self.timings["first_runs"] = time.perf_counter() - t0
+            self.timings[f"first_run_b{bucket.size}"] = time.perf_counter() - t0
 
     @staticmethod
     def _run_bucket(bucket: _Bucket, cap: int, options: Any = None) -> None:
