@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,17 @@ def test_gpus_selects_what_tritonserver_sees(monkeypatch, visible, gpus, child, 
     ]
     fake = type("Install", (), {"libs": Path("/libs")})()
     assert server.environment(fake).get("CUDA_VISIBLE_DEVICES") == (child if child is not None else visible)
+
+
+def test_the_server_keeps_the_drivers_compiled_gpu_code_in_the_start_up_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("TRITONPREP_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("CUDA_CACHE_PATH", raising=False)
+    fake = type("Install", (), {"libs": Path("/libs")})()
+    server = process.EmbeddedServer(ServerOptions())
+    assert server.environment(fake)["CUDA_CACHE_PATH"] == str(tmp_path / "cuda")
+    assert "CUDA_CACHE_PATH" not in os.environ  # the launcher's own environment is left alone
+    monkeypatch.setenv("CUDA_CACHE_PATH", "/operators/choice")
+    assert server.environment(fake)["CUDA_CACHE_PATH"] == "/operators/choice"
 
 
 def test_a_gpu_that_is_not_there_is_refused_with_the_ones_that_are(monkeypatch):

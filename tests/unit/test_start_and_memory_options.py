@@ -4,6 +4,7 @@ ONNX Runtime CUDA EP options, the arena caps spread over the bucket sessions, th
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -146,6 +147,16 @@ def test_cupy_kernels_are_cached_in_the_cache_folder_unless_cupy_is_told_otherwi
     assert os.environ["CUPY_CACHE_DIR"] == str(tmp_path / "cupy")
     monkeypatch.setenv("CUPY_CACHE_DIR", str(tmp_path / "mine"))
     assert cache.use_for_cupy() == tmp_path / "mine"
+
+
+def test_the_cuda_drivers_compute_cache_goes_into_the_cache_folder_unless_the_environment_names_one(tmp_path):
+    env = {cache.ENV: str(tmp_path)}
+    assert cache.use_for_cuda(env) == tmp_path / "cuda" and (tmp_path / "cuda").is_dir()
+    assert env[cache.CUDA_CACHE_ENV] == str(tmp_path / "cuda")
+    mine = {cache.ENV: str(tmp_path), cache.CUDA_CACHE_ENV: "/elsewhere"}
+    assert cache.use_for_cuda(mine) == Path("/elsewhere") and mine[cache.CUDA_CACHE_ENV] == "/elsewhere"
+    off = {cache.ENV: "off"}
+    assert cache.use_for_cuda(off) is None and cache.CUDA_CACHE_ENV not in off  # the driver's default then
 
 
 def test_sessions_are_created_with_onnx_runtimes_default_log_at_error_and_it_is_restored_after():

@@ -45,7 +45,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from .. import reports
+from .. import cache, reports
 from ..errors import ServerError
 from . import install, mps
 from .budget import TRITON_MB, auto_budget_mb, parse_budget
@@ -137,6 +137,7 @@ class EmbeddedServer:
         if self.report_dir is not None:
             env[reports.ENV] = str(self.report_dir)
         env.update(dict(self.options.env))
+        cache.use_for_cuda(env)  # GPU code the driver compiles (cuDNN's fused convolutions) kept for the next start
         env.pop(ADMIN_KEY_ENV, None)  # the stubs have no use for the admin key
         return env
 
