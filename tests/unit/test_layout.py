@@ -30,7 +30,8 @@ ALLOWED = {
     "executors": {"errors", "cuda", "spec", "geometry", "decode", "kernels", "memory", "cache"},
     "classifier": {"errors", "cuda", "parameters", "memory", "cache", "kernels"},  # kernels: the GPU top-k
     "triton": {"errors", "cuda", "image_errors", "reports", "memory", "spec", "geometry", "executors"},
-    "launcher": {"errors", "reports", "memory"},  # memory: the syntax of gpu_memory_mb, which the budget plans with
+    # memory: the syntax of gpu_memory_mb, which the budget plans with; cache: the server's CUDA driver cache folder
+    "launcher": {"errors", "reports", "memory", "cache"},
     # the one wiring of the request/response layer to the networks (classify_fused, classifier, embedder)
     "pipeline": {"errors", "image_errors", "spec", "executors", "classifier", "triton", "memory"},
 }
