@@ -66,6 +66,9 @@ def test_ep_options_default_to_less_memory_and_a_faster_start_than_onnx_runtimes
     assert exhaustive["cudnn_conv_use_max_workspace"] == "1" and exhaustive["fuse_conv_bias"] == "0"
     fused = CudaEpOptions(fuse_conv_bias=True)
     assert fused.provider()["fuse_conv_bias"] == "1" and fused.describe().endswith("/fused-bias")
+    some = CudaEpOptions(fuse_conv_bias=(64,))  # the large bucket only: the small one's first run stays short
+    assert [some.provider(b)["fuse_conv_bias"] for b in (8, 64)] == ["0", "1"]
+    assert some.describe().endswith("/fused-bias-b64")
     with pytest.raises(ConfigError, match="cudnn_conv_algo_search"):
         CudaEpOptions("fastest")
 
@@ -90,6 +93,22 @@ def test_runtime_parameters_carry_the_ep_options_and_the_budget():
         RuntimeOptions.from_parameters({"gpu_memory_mb": "much"}, 256)
     with pytest.raises(ConfigError, match="arena_extend_strategy"):
         RuntimeOptions.from_parameters({"arena_extend_strategy": "grow"}, 256)
+
+
+@pytest.mark.parametrize(
+    ("text", "fused"), [("true", True), ("FALSE", False), ("64", (64,)), ("8, 64", (8, 64)), ("", False)]
+)
+def test_fuse_conv_bias_is_on_off_or_the_buckets_that_fuse(text, fused):
+    o = RuntimeOptions.from_parameters({"batch_buckets": "8,64", "fuse_conv_bias": text}, 256)
+    assert o.ep.fuse_conv_bias == fused
+    want = [True, True] if fused is True else [b in (fused or ()) for b in (8, 64)]
+    assert [o.ep.fuses(b) for b in (8, 64)] == want
+
+
+@pytest.mark.parametrize(("text", "error"), [("32", "does not have"), ("yes", "true, false or batch bucket sizes")])
+def test_fuse_conv_bias_refuses_what_it_cannot_apply(text, error):
+    with pytest.raises(ConfigError, match=error):
+        RuntimeOptions.from_parameters({"batch_buckets": "8,64", "fuse_conv_bias": text}, 256)
 
 
 def test_a_budget_is_spread_over_the_bucket_sessions_larger_buckets_getting_more():

@@ -230,6 +230,7 @@ class OrtCudaRuntime:
                     t0 = time.perf_counter()
                     options = {
                         **provider,
+                        **self.ep_options.provider(size),  # fuse_conv_bias may name some buckets only
                         "enable_cuda_graph": "1" if self.cuda_graphs else "0",  # off once ORT refused a capture
                         **({"gpu_mem_limit": str(cap << 20)} if cap else {}),
                     }

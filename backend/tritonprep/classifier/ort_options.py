@@ -12,7 +12,8 @@ ONNX Runtime 1.26+ expects the CUDA EP to be found, and the optimized models kep
   powers of two (``kNextPowerOfTwo``, ONNX Runtime's default: up to twice what it needs);
 * ``fuse_conv_bias``: each convolution adds its bias inside cuDNN's own kernel (a cuDNN frontend graph of
   convolution and bias) instead of in a second kernel over the whole output (``cudnnAddTensor``); where cuDNN
-  has no fused kernel for a convolution, ONNX Runtime falls back to the two kernels by itself;
+  has no fused kernel for a convolution, ONNX Runtime falls back to the two kernels by itself. cuDNN compiles
+  the fused kernels in each bucket's first run (seconds), so it may be set for some buckets only;
 * ``gpu_mem_limit``: the most one bucket session's arena may hold (:func:`session_caps_mb` spreads an
   instance's ``gpu_memory_mb`` over its buckets).
 
@@ -66,7 +67,8 @@ class CudaEpOptions:
     conv_algo_search: str = "heuristic"
     conv_max_workspace: bool = False
     arena_extend_strategy: str = "same_as_requested"
-    fuse_conv_bias: bool = False
+    #: every bucket (True), none (False), or the bucket sizes named
+    fuse_conv_bias: bool | tuple[int, ...] = False
 
     def __post_init__(self) -> None:
         if self.conv_algo_search not in CONV_ALGO_SEARCH:
@@ -78,19 +80,27 @@ class CudaEpOptions:
                 f"arena_extend_strategy must be one of {', '.join(ARENA_EXTEND)}; got {self.arena_extend_strategy!r}"
             )
 
-    def provider(self) -> dict[str, str]:
-        """These options as CUDA EP provider options."""
+    def fuses(self, bucket: int) -> bool:
+        """Whether the session of ``bucket`` adds the convolutions' bias inside cuDNN's kernels."""
+        if isinstance(self.fuse_conv_bias, bool):
+            return self.fuse_conv_bias
+        return bucket in self.fuse_conv_bias
+
+    def provider(self, bucket: int = 0) -> dict[str, str]:
+        """These options as the CUDA EP provider options of ``bucket``'s session."""
         return {
             "cudnn_conv_algo_search": self.conv_algo_search.upper(),
             "cudnn_conv_use_max_workspace": "1" if self.conv_max_workspace else "0",
             "arena_extend_strategy": _ARENA_NAMES[self.arena_extend_strategy],
-            "fuse_conv_bias": "1" if self.fuse_conv_bias else "0",
+            "fuse_conv_bias": "1" if self.fuses(bucket) else "0",
         }
 
     def describe(self) -> str:
-        """For the log and the benchmarks' rows: ``heuristic/ws0/same_as_requested``."""
-        fused = "/fused-bias" if self.fuse_conv_bias else ""
-        return f"{self.conv_algo_search}/ws{int(self.conv_max_workspace)}/{self.arena_extend_strategy}{fused}"
+        """For the log and the benchmarks' rows: ``heuristic/ws0/same_as_requested`` (``/fused-bias``, or
+        ``/fused-bias-b64`` for some buckets only)."""
+        fused = self.fuse_conv_bias
+        tail = "/fused-bias" if fused is True else "".join(f"/fused-bias-b{b}" for b in fused or ())
+        return f"{self.conv_algo_search}/ws{int(self.conv_max_workspace)}/{self.arena_extend_strategy}{tail}"
 
 
 def session_caps_mb(

@@ -64,6 +64,18 @@ class Runtime(Protocol):
         ...
 
 
+def read_fuse(name: str, text: str) -> bool | tuple[int, ...]:
+    """``true``, ``false`` (or empty), or comma-separated batch bucket sizes."""
+    if text.strip().lower() in ("true", "false", ""):
+        return read_bool(name, text or "false")
+    try:
+        return read_ints()(name, text)
+    except ConfigError:
+        raise ConfigError(
+            f"parameter {name!r} must be true, false or batch bucket sizes (e.g. 64), got {text!r}"
+        ) from None
+
+
 #: every parameter of a network model (classifier, embedder; ``network.``-prefixed in classify_fused)
 RUNTIME_PARAMETERS: tuple[Parameter, ...] = (
     Parameter(
@@ -134,9 +146,10 @@ RUNTIME_PARAMETERS: tuple[Parameter, ...] = (
     Parameter(
         "fuse_conv_bias",
         "fuse_conv_bias",
-        read_bool,
+        read_fuse,
         "false",
-        "add each convolution's bias inside cuDNN's convolution (one kernel) instead of in a kernel of its own",
+        "true, false, or the batch buckets that do: add each convolution's bias inside cuDNN's convolution (one "
+        "kernel) instead of in a kernel of its own (cuDNN compiles the fused kernels in each bucket's first run)",
     ),
 )
 _TABLE = {p.name: p for p in RUNTIME_PARAMETERS}
@@ -160,7 +173,8 @@ class RuntimeOptions:
     cudnn_conv_algo_search: str = "heuristic"
     cudnn_conv_use_max_workspace: bool = False
     arena_extend_strategy: str = "same_as_requested"
-    fuse_conv_bias: bool = False
+    #: every bucket (True), none (False), or the bucket sizes named
+    fuse_conv_bias: bool | tuple[int, ...] = False
 
     def __post_init__(self) -> None:
         for name, choices in (
@@ -178,6 +192,12 @@ class RuntimeOptions:
         if buckets and (sorted(set(buckets)) != list(buckets) or buckets[0] < 1):
             raise ConfigError(f"batch_buckets must be increasing positive sizes, got {list(buckets)}")
         instance_budget_mb(self.gpu_memory_mb, buckets)  # a malformed budget fails the load, not the first GPU use
+        fused = () if isinstance(self.fuse_conv_bias, bool) else self.fuse_conv_bias
+        if buckets and set(fused) - set(buckets):
+            raise ConfigError(
+                f"fuse_conv_bias names batch size(s) {sorted(set(fused) - set(buckets))} that batch_buckets "
+                f"({','.join(map(str, buckets))}) does not have"
+            )
 
     @property
     def ep(self) -> CudaEpOptions:
