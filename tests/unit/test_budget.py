@@ -156,6 +156,21 @@ def test_the_served_copy_rewrites_the_chosen_configs_and_links_the_rest(tmp_path
     assert chosen.used_mb <= 12000
 
 
+@pytest.mark.parametrize(("buckets", "fused"), [((8, 64), "64"), ((8, 32), "false"), ((8,), "false")])
+def test_the_fused_buckets_follow_the_buckets_the_budget_chose(buckets, fused):
+    from tritonprep.classifier.runtimes import RuntimeOptions
+    from tritonprep.launcher.budget import Choice
+    from tritonprep.launcher.served import ModelFile, apply
+
+    mf = ModelFile("classifier", Path("configs/gpu.pbtxt"), read(REPO / "classifier" / "configs" / "gpu.pbtxt"))
+    assert mf.config.parameters["fuse_conv_bias"].string_value == "64"  # as shipped
+    apply(mf, Choice("classifier", 1, buckets, 1500, 2, (8, 64)))
+    params = {k: v.string_value for k, v in mf.config.parameters.items()}
+    assert params["fuse_conv_bias"] == fused and params["batch_buckets"] == ",".join(map(str, buckets))
+    runtime = {k: v for k, v in params.items() if k not in ("network_turns", "FORCE_CPU_ONLY_INPUT_TENSORS")}
+    RuntimeOptions.from_parameters(runtime, 256)  # the served config loads
+
+
 def test_a_budget_that_cannot_fit_refuses_before_anything_is_written(tmp_path):
     with pytest.raises(ServerError, match="cannot hold one instance of each GPU model"):
         serve_copy(gpu_repository(tmp_path), tmp_path / "served", "gpu", 4000, FIXED)

@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 
 GPU_MEMORY_PARAM = memory.PARAMETER
 BUCKET_PARAMS = ("batch_buckets", "network.batch_buckets")
+#: the parameters that may name bucket sizes (tritonprep.classifier.runtimes): kept to the buckets chosen
+FUSE_PARAMS = ("fuse_conv_bias", "network.fuse_conv_bias")
 CONFIG = "config.pbtxt"
 
 
@@ -117,6 +119,10 @@ def apply(mf: ModelFile, choice: Choice) -> None:
         gpu[0].count = choice.count
     if choice.buckets:
         params[_bucket_param(params)].string_value = ",".join(map(str, choice.buckets))
+        for key in (k for k in FUSE_PARAMS if k in params):  # "64" with the 64 bucket gone: a config that fails
+            sizes = [v.strip() for v in params[key].string_value.split(",") if v.strip()]
+            if sizes and all(v.isdigit() for v in sizes):
+                params[key].string_value = ",".join(v for v in sizes if int(v) in choice.buckets) or "false"
     params[GPU_MEMORY_PARAM].string_value = str(choice.gpu_memory_mb)
 
 
