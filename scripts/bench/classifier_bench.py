@@ -143,6 +143,9 @@ def _memory_row(
     import os
 
     os.environ["TRITONPREP_CACHE_DIR"] = cache_dir  # "off", or a folder shared by a cold and a warm load
+    if not os.environ.get("CUDA_CACHE_PATH"):  # the driver's compiled code (fused convolutions) follows that choice
+        driver = {"CUDA_CACHE_DISABLE": "1"} if cache_dir == "off" else {"CUDA_CACHE_PATH": f"{cache_dir}/cuda"}
+        os.environ.update(driver)
     import cupy as cp
 
     from tritonprep.classifier.ort_cuda import OrtCudaRuntime
@@ -346,9 +349,16 @@ def main(argv: list[str] | None = None) -> int:
         default=[True],
         help="memory: CUDA graphs, comma list of 1 and 0 (default: 1)",
     )
+
+    def switches(text: str) -> list[bool]:
+        values = words(text)
+        if set(values) - {"0", "1", "true", "false"}:
+            raise argparse.ArgumentTypeError(f"expected a comma list of 0, 1, true, false; got {text!r}")
+        return [v in ("1", "true") for v in values]
+
     parser.add_argument(
         "--fuse-conv-bias",
-        type=lambda t: [w == "1" or w == "true" for w in words(t)],
+        type=switches,
         default=[False],
         help="fuse_conv_bias values, comma list of 0 and 1 (default: 0); ort: the FP16 NHWC variants again with each "
         "value after the first",

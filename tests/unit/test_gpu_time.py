@@ -124,6 +124,24 @@ def test_classifier_parameter_axis_serves_one_copy_per_value() -> None:
     for bad in ("fuse_conv_bias", "=true", "fuse_conv_bias="):
         with pytest.raises(ValueError, match="KEY=VALUE"):
             parameter_axis(argparse.Namespace(classifier_parameter=bad))
+    with pytest.raises(ValueError, match="declares no parameter 'fuse_conv_bais'"):  # before any server runs
+        parameter_axis(argparse.Namespace(classifier_parameter="fuse_conv_bais=true"))
+
+
+def test_classifier_parameter_reaches_classify_fused_network_too(tmp_path) -> None:
+    import shutil
+
+    from scripts.bench.harness.phases.instances import set_parameter
+    from tritonprep_testkit.servers import REPO
+
+    for model in ("classifier", "classify_fused"):
+        shutil.copytree(REPO / "model_repository" / model, tmp_path / model, symlinks=True,
+                        ignore=shutil.ignore_patterns("*.onnx*", "1"))  # fmt: skip
+    assert set_parameter(tmp_path, "fuse_conv_bias", "true") == ["classifier", "classify_fused"]
+    assert 'key: "fuse_conv_bias" value: { string_value: "true" }' in (tmp_path / "classifier/config.pbtxt").read_text()
+    fused = (tmp_path / "classify_fused" / "configs" / "gpu.pbtxt").read_text()
+    assert 'key: "network.fuse_conv_bias" value: { string_value: "true" }' in fused
+    assert set_parameter(tmp_path, "network_turns", "off") == ["classifier"]  # classify_fused has no such parameter
 
 
 def test_classifier_batching_refuses_a_preferred_line_it_cannot_read(tmp_path) -> None:

@@ -38,6 +38,12 @@ def test_an_empty_config_name_serves_every_models_config_pbtxt_on_a_gpu(monkeypa
     assert "--model-config-name" not in cmd and "--cuda-memory-pool-byte-size" in cmd
 
 
+@pytest.fixture(autouse=True)
+def _own_cache(monkeypatch, tmp_path):
+    """environment() creates the start-up cache's cuda/ folder: in the test's folder, not the real home."""
+    monkeypatch.setenv("TRITONPREP_CACHE_DIR", str(tmp_path / "cache"))
+
+
 @pytest.mark.parametrize(
     ("visible", "gpus", "child", "pools"),
     [

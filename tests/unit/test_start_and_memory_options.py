@@ -96,7 +96,7 @@ def test_runtime_parameters_carry_the_ep_options_and_the_budget():
 
 
 @pytest.mark.parametrize(
-    ("text", "fused"), [("true", True), ("FALSE", False), ("64", (64,)), ("8, 64", (8, 64)), ("", False)]
+    ("text", "fused"), [("true", True), ("FALSE", False), ("64", (64,)), ("8, 64", (8, 64)), ("", False), (" ", False)]
 )
 def test_fuse_conv_bias_is_on_off_or_the_buckets_that_fuse(text, fused):
     o = RuntimeOptions.from_parameters({"batch_buckets": "8,64", "fuse_conv_bias": text}, 256)
@@ -105,7 +105,15 @@ def test_fuse_conv_bias_is_on_off_or_the_buckets_that_fuse(text, fused):
     assert [o.ep.fuses(b) for b in (8, 64)] == want
 
 
-@pytest.mark.parametrize(("text", "error"), [("32", "does not have"), ("yes", "true, false or batch bucket sizes")])
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("32", "does not have"),
+        ("yes", "true, false or batch bucket sizes"),
+        ("1", "write true or false"),
+        ("0", "write true or false"),
+    ],
+)
 def test_fuse_conv_bias_refuses_what_it_cannot_apply(text, error):
     with pytest.raises(ConfigError, match=error):
         RuntimeOptions.from_parameters({"batch_buckets": "8,64", "fuse_conv_bias": text}, 256)

@@ -65,9 +65,12 @@ class Runtime(Protocol):
 
 
 def read_fuse(name: str, text: str) -> bool | tuple[int, ...]:
-    """``true``, ``false`` (or empty), or comma-separated batch bucket sizes."""
+    """``true``, ``false`` (or empty), or comma-separated batch bucket sizes; a lone ``0`` or ``1`` is refused (ONNX
+    Runtime's own option reads them as off and on)."""
     if text.strip().lower() in ("true", "false", ""):
-        return read_bool(name, text or "false")
+        return read_bool(name, text.strip() or "false")
+    if text.strip() in ("0", "1"):
+        raise ConfigError(f"parameter {name!r} is true, false or bucket sizes; for on or off write true or false")
     try:
         return read_ints()(name, text)
     except ConfigError:

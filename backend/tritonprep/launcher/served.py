@@ -122,7 +122,10 @@ def apply(mf: ModelFile, choice: Choice) -> None:
         for key in (k for k in FUSE_PARAMS if k in params):  # "64" with the 64 bucket gone: a config that fails
             sizes = [v.strip() for v in params[key].string_value.split(",") if v.strip()]
             if sizes and all(v.isdigit() for v in sizes):
-                params[key].string_value = ",".join(v for v in sizes if int(v) in choice.buckets) or "false"
+                kept = ",".join(v for v in sizes if int(v) in choice.buckets) or "false"
+                if kept != ",".join(sizes):
+                    log.info("%s: %s %s with the budget's buckets (was %s)", mf.model, key, kept, ",".join(sizes))
+                params[key].string_value = kept
     params[GPU_MEMORY_PARAM].string_value = str(choice.gpu_memory_mb)
 
 

@@ -7,7 +7,8 @@ environment: each MPS client's share of the SMs; it only matters under MPS, so r
 ``--mps on``) and of ``--classifier-batching`` (``shipped,none``: the classifier's preferred batch sizes kept
 or dropped) and of ``--classifier-turns`` (``shipped,off``: the classifier's instances taking turns at the
 GPU's network, as shipped, or running their networks side by side) and of ``--classifier-parameter``
-(``KEY=shipped,VALUE,...``: one more parameter of the classifier's configs, e.g. ``fuse_conv_bias=shipped,true``),
+(``KEY=shipped,VALUE,...``: one more parameter of the classifier's configs, e.g. ``fuse_conv_bias=shipped,true``;
+``classify_fused`` takes it as ``network.KEY`` where it declares that),
 and measures ``classify`` and
 ``classify_fused`` (``--instance-models``) at 8
 images/request (c=64) and 32 (c=16) on each. The report ranks the combinations per model.
@@ -17,8 +18,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+from pathlib import Path
 
-from ..repos import make_repo, with_parameter, without_preferred_batch_sizes
+from ..repos import SOURCE, make_repo, with_parameter, without_preferred_batch_sizes
 from ..run import Run
 from ..settings import Setting, instance_grid, instances_label, parse_instances, parse_percentages
 
@@ -89,7 +91,20 @@ def parameter_axis(args: argparse.Namespace) -> tuple[str, list[str]]:
     if not sep or not key.strip() or not items:
         raise ValueError(f"--classifier-parameter: expected KEY=VALUE,VALUE (e.g. fuse_conv_bias=shipped,true), got "
                          f"{given!r}")  # fmt: skip
+    if f'key: "{key.strip()}"' not in (SOURCE / "classifier" / "configs" / "gpu.pbtxt").read_text():
+        raise ValueError(f"--classifier-parameter: the classifier's GPU config declares no parameter {key.strip()!r}")
     return key.strip(), items
+
+
+def set_parameter(repo: Path, key: str, value: str) -> list[str]:
+    """``key`` = ``value`` in the copy's classifier, and as ``network.<key>`` in its ``classify_fused`` where that
+    declares it (the same network); the models changed."""
+    with_parameter(repo / "classifier", key, value)
+    try:
+        with_parameter(repo / "classify_fused", f"network.{key}", value)
+    except ValueError:
+        return ["classifier"]
+    return ["classifier", "classify_fused"]
 
 
 def plan(args: argparse.Namespace) -> list[tuple[dict[str, int], int | None, str, str, str]]:
@@ -134,10 +149,10 @@ def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
             without_preferred_batch_sizes(repo / "classifier")
         if turns == "off":
             with_parameter(repo / "classifier", "network_turns", "off")
-        if value != "shipped":
-            with_parameter(repo / "classifier", key, value)
+        changed = set_parameter(repo, key, value) if value != "shipped" else []
         with run.serve(tag, repo, setting, env=env) as srv:
             for n, conc in INSTANCE_POINTS:
                 for model in models_of(args):
-                    run.sweep(f"{model} {label}", srv, model, [n], conc, kind="instances",
+                    text = label if model in changed or value == "shipped" else label.replace(f", {key} {value}", "")
+                    run.sweep(f"{model} {text}", srv, model, [n], conc, kind="instances",
                               instances=instances_label(counts), mps_threads=percentage or "")  # fmt: skip
