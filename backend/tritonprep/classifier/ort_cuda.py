@@ -207,7 +207,6 @@ class OrtCudaRuntime:
             "user_compute_stream": str(self.stream.ptr),
             "enable_cuda_graph": "1" if cuda_graphs else "0",
             "prefer_nhwc": "1" if nhwc else "0",
-            **self.ep_options.provider(),
         }
         io_mb = sum(b * (_numel(self.input_dims) + 1000) * 4 for b in buckets) / 2**20  # bound input and output rows
         #: the arena cap of each bucket session, MiB (0: none)
@@ -230,7 +229,7 @@ class OrtCudaRuntime:
                     t0 = time.perf_counter()
                     options = {
                         **provider,
-                        **self.ep_options.provider(size),  # fuse_conv_bias may name some buckets only
+                        **self.ep_options.provider(size),  # per bucket: fuse_conv_bias may name some buckets only
                         "enable_cuda_graph": "1" if self.cuda_graphs else "0",  # off once ORT refused a capture
                         **({"gpu_mem_limit": str(cap << 20)} if cap else {}),
                     }

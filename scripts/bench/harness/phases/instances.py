@@ -8,10 +8,9 @@ environment: each MPS client's share of the SMs; it only matters under MPS, so r
 or dropped) and of ``--classifier-turns`` (``shipped,off``: the classifier's instances taking turns at the
 GPU's network, as shipped, or running their networks side by side) and of ``--classifier-parameter``
 (``KEY=shipped,VALUE,...``: one more parameter of the classifier's configs, e.g. ``fuse_conv_bias=shipped,true``;
-``classify_fused`` takes it as ``network.KEY`` where it declares that),
-and measures ``classify`` and
-``classify_fused`` (``--instance-models``) at 8
-images/request (c=64) and 32 (c=16) on each. The report ranks the combinations per model.
+``classify_fused`` takes it as ``network.KEY`` where it declares that), and measures ``classify`` and
+``classify_fused`` (``--instance-models``) at 8 images/request (c=64) and 32 (c=16) on each. The report ranks
+the combinations per model.
 """
 
 from __future__ import annotations
@@ -141,7 +140,6 @@ def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
             label_of(counts, percentage)
             + (", no preferred batch sizes" if batching == "none" else "")
             + (", networks side by side" if turns == "off" else "")
-            + (f", {key} {value}" if value != "shipped" else "")
         )
         env = {MPS_THREADS_ENV: str(percentage)} if percentage is not None else None
         repo = make_repo(run.work / f"repo-{tag}", with_classify=True, with_sinks=False, counts=counts)
@@ -153,6 +151,6 @@ def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
         with run.serve(tag, repo, setting, env=env) as srv:
             for n, conc in INSTANCE_POINTS:
                 for model in models_of(args):
-                    text = label if model in changed or value == "shipped" else label.replace(f", {key} {value}", "")
+                    text = label + (f", {key} {value}" if model in changed else "")  # only what its config got
                     run.sweep(f"{model} {text}", srv, model, [n], conc, kind="instances",
                               instances=instances_label(counts), mps_threads=percentage or "")  # fmt: skip
