@@ -8,9 +8,13 @@ each server start) for tritonserver and its stubs; each model instance writes in
   ``timings`` ({phase: seconds}); the launcher's start-up summary reads them.
 * ``<dir>/faults/<pid>.json`` when an instance takes itself out of service
   (:func:`tritonprep.triton.health.fail_instance` calls :func:`write_fault`): ``instance``, ``reason``,
-  ``sticky_cuda`` (a CUDA error that poisoned the process's context) and ``device`` (the CUDA device the
-  stub used, as it numbers them); the supervisor reads them to know why a stub is going and which GPU
-  a sticky CUDA error hit.
+  ``sticky_cuda`` (a CUDA error that poisoned the process's context) and ``device`` (the GPU); the
+  supervisor reads them to know why a stub is going and which GPU a sticky CUDA error hit.
+
+A report's ``device`` is the GPU as the launcher numbers them (``--gpus``), not as the stub does: a
+server of a multi-GPU host sees only its own GPU, as device 0. The launcher says which GPUs a server
+serves in :data:`GPUS_ENV` (``TRITONPREP_GPUS``, e.g. ``2`` or ``0,1``), and :func:`host_gpu` maps a
+stub's device to the launcher's number (the metrics' ``device`` label uses it too).
 
 Writing is a no-op without the variable (a server that the launcher did not start) and never raises:
 a report that cannot be written is logged, and the instance goes on. Files appear whole (written
@@ -31,6 +35,8 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 ENV = "TRITONPREP_REPORT_DIR"
+#: the launcher's numbers of the GPUs a server serves, in the server's device order ("2", "0,1")
+GPUS_ENV = "TRITONPREP_GPUS"
 INSTANCES = "instances"
 FAULTS = "faults"
 #: how the executors word a sticky CUDA error: "CUDA error [<name>] on GPU <n>..." (the GPU executor, the runtimes)
@@ -71,6 +77,16 @@ def report_dir(env: Mapping[str, str] | None = None) -> Path | None:
     return Path(value) if value else None
 
 
+def host_gpu(device: int | None, env: Mapping[str, str] | None = None) -> int | None:
+    """The launcher's number of this process's CUDA ``device`` (as it is where :data:`GPUS_ENV` is unset,
+    malformed or too short)."""
+    text = (os.environ if env is None else env).get(GPUS_ENV, "")
+    numbers = [int(v) for v in text.split(",") if v.strip().isdigit()]
+    if device is None or not 0 <= device < len(numbers) or len(numbers) != len(text.split(",")):
+        return device
+    return numbers[device]
+
+
 def _write(path: Path, data: Mapping[str, Any]) -> Path | None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -99,6 +115,7 @@ def write_instance(
     timings: Mapping[str, float] | None = None,
 ) -> Path | None:
     """Report what this instance loaded (call at the end of ``initialize``); the file, or None."""
+    device = host_gpu(device)
     _identity.update(instance=instance, device=device)
     folder = report_dir()
     if folder is None:
@@ -125,7 +142,9 @@ def write_fault(
         return None
     sticky, named_device = describe_fault(reason)
     if device is None:
-        device = named_device if named_device is not None else _identity.get("device")
+        device = host_gpu(named_device) if named_device is not None else _identity.get("device")
+    else:
+        device = host_gpu(device)
     report = FaultReport(
         instance=instance or _identity.get("instance") or _stub_model(),
         reason=reason,

@@ -21,10 +21,17 @@ from pathlib import Path
 
 from ..errors import ServerError
 from . import logs
-from .options import ADMIN_HEADER, ADMIN_KEY_ENV, DEFAULT_REPOSITORY, MPS_MODES, RESTRICTED_APIS, ServerOptions
-from .process import EmbeddedServer
+from .host import Host
+from .options import (
+    ADMIN_HEADER,
+    ADMIN_KEY_ENV,
+    DEFAULT_REPOSITORY,
+    MPS_MODES,
+    RESTRICTED_APIS,
+    SERVER_LAYOUTS,
+    ServerOptions,
+)
 from .summary import summary
-from .supervise import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +62,13 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s; 0.0.0.0 exposes it)")
     p.add_argument("--http-port", type=int, default=8000)
     p.add_argument("--grpc-port", type=int, default=8001)
-    p.add_argument("--metrics-port", type=int, default=8002)
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=8002,
+        help="Triton's metrics; with one server per GPU, the host endpoint: every GPU's metrics and the host's "
+        "health (default: %(default)s)",
+    )
     p.add_argument(
         "--model-config-name",
         help="use <model>/configs/<NAME>.pbtxt where present (default: gpu where a GPU is visible, which gives "
@@ -67,6 +80,20 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         type=gpu_list,
         help="comma-separated GPU indices to serve on, e.g. 0,2 (default: every GPU this process sees, after "
         "CUDA_VISIBLE_DEVICES); each GPU model gets its instance count on each",
+    )
+    p.add_argument(
+        "--servers",
+        choices=SERVER_LAYOUTS,
+        default="per-gpu",
+        help="per-gpu (default): one tritonserver per GPU, on shared HTTP and gRPC ports, so a request stays on "
+        "one GPU and a fault costs one GPU; one: one tritonserver over every GPU",
+    )
+    p.add_argument(
+        "--gpu-metrics-port",
+        type=int,
+        metavar="PORT",
+        help="with one server per GPU: the first GPU's own metrics port, the next GPU's PORT+1, ... "
+        "(default: --metrics-port + 1)",
     )
     p.add_argument("--log-verbose", type=int, default=0)
     p.add_argument("--log-file", type=Path, help="write Triton's log here instead of the terminal")
@@ -152,12 +179,16 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         grpc_tls_root_cert=args.grpc_tls_root_cert,
         mps=args.mps,
         gpu_memory_budget=args.gpu_memory_budget,
+        servers=args.servers,
+        gpu_metrics_ports=None
+        if args.gpu_metrics_port is None
+        else tuple(args.gpu_metrics_port + k for k in range(16)),
     )
 
 
-def log_ready(server: EmbeddedServer, args: argparse.Namespace) -> None:
-    """The lines a user reads once the server is ready: endpoints, models, the admin APIs, the summary."""
-    options = server.options
+def log_ready(host: Host, args: argparse.Namespace) -> None:
+    """The lines a user reads once the host is ready: endpoints, models, the admin APIs, the summary."""
+    options = host.options
     log.info(
         "tritonserver ready: HTTP %s  gRPC %s%s  metrics http://%s:%d/metrics",
         options.http_url,
@@ -166,7 +197,7 @@ def log_ready(server: EmbeddedServer, args: argparse.Namespace) -> None:
         options.host,
         options.metrics_port,
     )
-    log.info("models ready: %s", ", ".join(n for n, ok in server.model_states().items() if ok) or "none")
+    log.info("models ready: %s", ", ".join(n for n, ok in host.model_states().items() if ok) or "none")
     if options.restricted_apis:
         source = (
             ("--admin-key-file" if args.admin_key_file else f"${ADMIN_KEY_ENV}")
@@ -175,77 +206,80 @@ def log_ready(server: EmbeddedServer, args: argparse.Namespace) -> None:
         )
         apis = ",".join(options.restricted_apis)
         log.info("restricted APIs (%s) need the header %s: %s", apis, options.admin_header, source)
-    log.info("%s", summary(server))
-    log.info("try: .venv/bin/tritonprep classify photo.jpg --url %s", options.grpc_url)
+    log.info("%s", summary(host))
+    log.info("try: tritonprep classify photo.jpg --url %s", options.grpc_url)
 
 
-def run_until_stopped(server: EmbeddedServer, supervisor: Supervisor | None, stopping: threading.Event) -> int:
-    """Wait for a stop request; 1 if the server fails for good first."""
+def run_until_stopped(host: Host, supervised: bool, stopping: threading.Event) -> int:
+    """Wait for a stop request; 1 if the host fails for good first (every supervisor gave up, or without
+    supervision a server exited)."""
     while not stopping.is_set():
-        if supervisor is not None and supervisor.gave_up.is_set():
+        if supervised and host.gave_up:
             log.error("tritonserver keeps failing; giving up")
             return 1
-        if supervisor is None and not server.running:
-            log.error("tritonserver exited unexpectedly with code %s", server.poll())
+        if not supervised and not host.running:
+            log.error("tritonserver exited unexpectedly with code %s", host.poll())
             return 1
         stopping.wait(0.5)
     return 0
 
 
-def shut_down(server: EmbeddedServer, stopping: threading.Event) -> None:
-    """Let the requests in flight finish (on a requested stop), stop tritonserver, and say how it went."""
-    if server.watchdog is None:  # it never started (or is stopped already)
-        server.stop()
+def shut_down(host: Host, stopping: threading.Event) -> None:
+    """Let the requests in flight finish (on a requested stop), stop every tritonserver, and say how it went."""
+    if all(s.watchdog is None for s in host.servers):  # it never started (or is stopped already)
+        host.stop()
         return
     t0 = time.monotonic()
     grace = None
-    if stopping.is_set() and server.running:
-        exit_timeout = server.options.exit_timeout_s
-        drained = server.drain(exit_timeout)
+    if stopping.is_set() and any(s.running for s in host.servers):
+        exit_timeout = host.options.exit_timeout_s
+        drained = host.drain(exit_timeout)
         waited = time.monotonic() - t0
         log.info("requests in flight %s after %.1f s", "finished" if drained else "still running", waited)
         grace = max(0.0, exit_timeout - waited) + STOP_MARGIN_S  # the whole stop: the exit timeout + the margin
-    code = server.stop(timeout_s=grace)
-    cleanup = server.cleanup
-    if cleanup is None:
-        done = "the watchdog did not report its clean-up"
-    elif cleanup.nothing_killed:
-        done = "nothing left to kill"
-    else:
-        done = f"the watchdog killed {list(cleanup.killed) or 'no process'}, MPS daemon {cleanup.mps}"
-    log.info("tritonserver stopped (exit code %s) after %.1f s; %s", code, time.monotonic() - t0, done)
+    code = host.stop(timeout_s=grace)
+    done = []
+    for part, cleanup in zip(host.parts, host.cleanups):
+        where = f"GPU {part.gpu}: " if host.shared else ""
+        if cleanup is None:
+            done.append(f"{where}the watchdog did not report its clean-up")
+        elif cleanup.nothing_killed:
+            done.append(f"{where}nothing left to kill")
+        else:
+            done.append(f"{where}the watchdog killed {list(cleanup.killed) or 'no process'}, MPS daemon {cleanup.mps}")
+    if host.shared and all(c is not None and c.nothing_killed for c in host.cleanups):
+        done = ["nothing left to kill"]
+    log.info("tritonserver stopped (exit code %s) after %.1f s; %s", code, time.monotonic() - t0, "; ".join(done))
 
 
 def serve(args: argparse.Namespace, stopping: threading.Event | None = None) -> int:
-    """Run the server in the foreground until ``stopping`` is set (SIGINT/SIGTERM); return an exit code.
+    """Run the host's servers in the foreground until ``stopping`` is set (SIGINT/SIGTERM); return an exit code.
 
-    A requested stop, at any moment (start-up included), exits 0 once tritonserver has stopped: the
-    requests in flight get Triton's exit timeout first. While it runs, a
-    :class:`~tritonprep.launcher.supervise.Supervisor` restarts it when a model stops serving (unless
-    ``--no-supervise``).
+    A requested stop, at any moment (start-up included), exits 0 once every tritonserver has stopped: the
+    requests in flight get Triton's exit timeout first. While they run, a
+    :class:`~tritonprep.launcher.supervise.Supervisor` per server restarts it when a model stops serving (unless
+    ``--no-supervise``); with one server per GPU, a GPU whose server keeps failing is given up while the others
+    serve on.
     """
     stopping = stopping or threading.Event()
     if stopping.is_set():
         return 0
-    server = EmbeddedServer(options_from_args(args), args.log_file)
-    supervisor = None
+    host = Host(options_from_args(args), args.log_file)
     try:
-        server.start()
+        host.start()
         try:
-            server.wait_ready(args.ready_timeout, cancel=stopping)
+            host.wait_ready(args.ready_timeout, cancel=stopping)
         except ServerError:
             if stopping.is_set():
                 return 0  # stopped while starting: a requested stop
             raise
-        log_ready(server, args)
+        log_ready(host, args)
         if not args.no_supervise:
-            supervisor = Supervisor(server, max_restarts=args.max_restarts, ready_timeout_s=args.ready_timeout)
-            supervisor.start()
-        return run_until_stopped(server, supervisor, stopping)
+            host.supervise(max_restarts=args.max_restarts, ready_timeout_s=args.ready_timeout)
+        return run_until_stopped(host, not args.no_supervise, stopping)
     finally:
-        if supervisor is not None:
-            supervisor.stop()
-        shut_down(server, stopping)
+        host.unsupervise()
+        shut_down(host, stopping)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

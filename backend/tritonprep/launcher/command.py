@@ -96,6 +96,10 @@ def tritonserver_args(
     name = config_name(o, gpus)
     if name:
         cmd += ["--model-config-name", name]
+    if o.reuse_ports:  # the host's other servers listen on the same ports; the kernel spreads the connections
+        cmd += ["--reuse-http-port", "true", "--reuse-grpc-port", "true"]
+    if o.server_id:
+        cmd += ["--id", o.server_id]
     if o.restricted_apis:
         restriction = f"{','.join(o.restricted_apis)}:{o.admin_header}={admin_key}"
         cmd += [f"--http-restricted-api={restriction}", f"--grpc-restricted-protocol={restriction}"]

@@ -7,9 +7,12 @@ per ensemble (``core/src/ensemble_scheduler/ensemble_scheduler.cc``: "unable to 
 works as it should without a GPU. The flags of :mod:`.command` remove the other such lines (pinned
 memory, DCGM); no flag removes these.
 
-Where the launcher sees no GPU, the watchdog runs tritonserver's output through this filter::
+Where the launcher sees no GPU, or the server is one of several of a host (each labelled, ``gpu1``), the
+watchdog runs tritonserver's output through this filter::
 
-    python -m tritonprep.launcher.logfilter <region prefix>
+    python -m tritonprep.launcher.logfilter <region prefix> [--label gpu1]
+
+With a label, every line of the server's starts with ``[gpu1] ``, so the servers of a host can share a log.
 
 It copies every line from stdin to stdout, except those exact messages, and says once, at the first
 one, that it leaves them out (its own line, information level). Lines that could matter always pass:
@@ -40,30 +43,35 @@ def is_probe(line: bytes) -> bool:
     return any(p.match(line) for p in PROBES)
 
 
-def run(source: BinaryIO, sink: BinaryIO) -> int:
-    """Copy ``source`` to ``sink`` line by line without the probes' lines; return how many were left out."""
+def run(source: BinaryIO, sink: BinaryIO, label: str = "") -> int:
+    """Copy ``source`` to ``sink`` line by line without the probes' lines (each line after ``[label] `` where
+    a label is given); return how many were left out."""
     left_out = 0
+    head = f"[{label}] ".encode() if label else b""
     for line in iter(source.readline, b""):
         if is_probe(line):
             if not left_out:
                 stamp = time.strftime("%H:%M:%S")
                 sink.write(
-                    f"{stamp} tritonprep logfilter: no GPU here: leaving out Triton's failed CUDA probes "
+                    head
+                    + f"{stamp} tritonprep logfilter: no GPU here: leaving out Triton's failed CUDA probes "
                     "(CudaDriverHelper, ensemble CUDA streams), which do not affect a CPU server\n".encode()
                 )
             left_out += 1
             continue
-        sink.write(line)
+        sink.write(head + line)
         sink.flush()
     return left_out
 
 
-def main() -> int:
-    """Entry point of ``python -m tritonprep.launcher.logfilter``."""
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m tritonprep.launcher.logfilter <region prefix> [--label L]``."""
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
+    args = sys.argv[1:] if argv is None else argv
+    label = args[args.index("--label") + 1] if "--label" in args[:-1] else ""
     try:
-        run(sys.stdin.buffer, sys.stdout.buffer)
+        run(sys.stdin.buffer, sys.stdout.buffer, label)
     except BrokenPipeError:  # whoever reads our output is gone: keep reading, so that tritonserver never blocks
         for _ in iter(sys.stdin.buffer.readline, b""):
             pass

@@ -19,6 +19,8 @@ ADMIN_KEY_ENV = "TRITONPREP_ADMIN_KEY"
 GRPC_HEADER_PREFIX = "triton-grpc-protocol-"
 #: the choices of ServerOptions.mps (see tritonprep.launcher.mps)
 MPS_MODES = ("auto", "on", "off")
+#: the choices of ServerOptions.servers (see tritonprep.launcher.topology)
+SERVER_LAYOUTS = ("per-gpu", "one")
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,16 @@ class ServerOptions:
     #: GPU memory each GPU may give the server: "auto" (its total less a margin), "off" (the configs as they
     #: are) or a size per GPU ("16G", "12000M", "16GiB"); see tritonprep.launcher.budget
     gpu_memory_budget: str = "auto"
+    #: how the host maps onto tritonservers: "per-gpu" (one per GPU, on shared ports) or "one" (see .topology)
+    servers: str = "per-gpu"
+    #: the metrics ports of the per-GPU servers, one per GPU; None: metrics_port + 1, + 2, ... (metrics_port is
+    #: then the host's own endpoint, :mod:`.front`)
+    gpu_metrics_ports: tuple[int, ...] | None = None
+    #: set by the host on each of its servers: share the HTTP and gRPC ports with the others (Triton's
+    #: --reuse-http-port and --reuse-grpc-port), the server's --id, and the label of its log lines
+    reuse_ports: bool = False
+    server_id: str | None = None
+    log_label: str | None = None
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.restricted_apis) - set(RESTRICTED_APIS) - {"health", "metadata", "inference"})
@@ -73,6 +85,8 @@ class ServerOptions:
         if self.mps not in MPS_MODES:
             raise ServerError(f"mps must be one of {', '.join(MPS_MODES)}, got {self.mps!r}")
         parse_budget(self.gpu_memory_budget)  # a ServerError naming the value if it is not one
+        if self.servers not in SERVER_LAYOUTS:
+            raise ServerError(f"servers must be one of {', '.join(SERVER_LAYOUTS)}, got {self.servers!r}")
         for name in ("admin_header", "admin_key"):
             value = getattr(self, name)
             if value is not None and (not value or any(c in value for c in ",:= \t\r\n")):

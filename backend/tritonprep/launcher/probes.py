@@ -50,6 +50,12 @@ def _per_model(metrics_text: str, names: tuple[str, ...]) -> dict[str, float]:
     return sums
 
 
+def models_in(metrics_text: str) -> set[str]:
+    """The models a server's metrics text counts requests of: every model it loaded, ensembles included."""
+    lines = (line for line in metrics_text.splitlines() if line.startswith("nv_inference_request_success{"))
+    return {m[1] for line in lines if (m := _MODEL.search(line))}
+
+
 def quiet_window(metrics_text: str) -> float:
     """How long nothing may move before a drain counts the server as idle: three times the longest mean
     batch execution of any model so far (a batch in a model without a queue or an executing gauge, such

@@ -30,7 +30,6 @@ Command line: ``tritonprep serve --help`` (:mod:`.cli`).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import secrets
@@ -40,10 +39,7 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
-from typing import Any
 
 from .. import cache, reports
 from ..errors import ServerError
@@ -51,9 +47,9 @@ from . import install, mps
 from .budget import TRITON_MB, auto_budget_mb, parse_budget
 from .budget import Plan as BudgetPlan
 from .command import GPU_CONFIG_NAME, config_name, tritonserver_args
+from .endpoints import Endpoints
 from .install import TritonInstall, visible_gpus
-from .options import ADMIN_KEY_ENV, GRPC_HEADER_PREFIX, ServerOptions
-from .probes import drain, fetch_metrics
+from .options import ADMIN_KEY_ENV, ServerOptions
 from .protocol import Cleaned, Error, Exited, LineBuffer, Mps, Released, Started, Stop, parse_report
 from .reaper import prefix_of, sweep, work_dir_prefix
 from .retire import Retiring, finish_all, reap_done, remove_left
@@ -68,7 +64,7 @@ CLEANUP_S = 10.0
 WATCHDOG_START_S = 30.0
 
 
-class EmbeddedServer:
+class EmbeddedServer(Endpoints):
     """A tritonserver child process serving one model repository."""
 
     def __init__(self, options: ServerOptions, log_path: Path | None = None) -> None:
@@ -105,16 +101,6 @@ class EmbeddedServer:
         self.admin_key = options.admin_key or secrets.token_urlsafe(24)
 
     @property
-    def admin_headers(self) -> dict[str, str]:
-        """The HTTP header that opens the restricted APIs (statistics, model config, ...)."""
-        return {self.options.admin_header: self.admin_key}
-
-    @property
-    def grpc_admin_headers(self) -> dict[str, str]:
-        """The same for gRPC: Triton expects the header name prefixed with ``triton-grpc-protocol-``."""
-        return {GRPC_HEADER_PREFIX + self.options.admin_header: self.admin_key}
-
-    @property
     def report_dir(self) -> Path | None:
         """Where the instances of the running start leave their reports (:mod:`tritonprep.reports`)."""
         return None if self._workdir is None else self._workdir / "reports"
@@ -134,6 +120,9 @@ class EmbeddedServer:
         env["LD_LIBRARY_PATH"] = os.pathsep.join(libs)
         if self.options.gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(visible_gpus(self.options.gpus))
+        if self._gpus:  # the launcher's numbers of the GPUs, for the instances' reports and metrics
+            numbers = self.options.gpus if self.options.gpus is not None else range(self._gpus)
+            env[reports.GPUS_ENV] = ",".join(map(str, numbers))
         if self.report_dir is not None:
             env[reports.ENV] = str(self.report_dir)
         env.update(dict(self.options.env))
@@ -225,6 +214,7 @@ class EmbeddedServer:
             "--mps",
             mps_mode,
             *(["--quiet-cuda-probes"] if not self._gpus else []),
+            *(["--label", self.options.log_label] if self.options.log_label else []),
             "--",
             *server_cmd,
         ]
@@ -340,64 +330,6 @@ class EmbeddedServer:
     def running(self) -> bool:
         """True from start() until tritonserver has ended."""
         return self.watchdog is not None and self.poll() is None
-
-    def _get(self, path: str, timeout: float = 2.0, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
-        request = urllib.request.Request(self.options.http_url + path, headers=headers or {})
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as r:  # noqa: S310 - localhost
-                return r.status, r.read()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read()
-
-    def is_ready(self) -> bool:
-        """True when the server answers and every model is ready (strict readiness)."""
-        try:
-            return self._get("/v2/health/ready")[0] == 200
-        except (urllib.error.URLError, OSError):
-            return False
-
-    def wait_ready(self, timeout_s: float = 300.0, cancel: threading.Event | None = None) -> None:
-        """Block until ready; raise :class:`ServerError` with the log's tail if it dies, times out or is cancelled."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if cancel is not None and cancel.is_set():
-                raise ServerError("cancelled while waiting for tritonserver to be ready")
-            if not self.running:
-                raise ServerError(f"tritonserver exited with code {self.poll()} while starting{self.log_tail()}")
-            if self.is_ready():
-                if self.started_at is not None:
-                    self.ready_s = time.monotonic() - self.started_at
-                return
-            time.sleep(0.1)
-        raise ServerError(f"tritonserver not ready after {timeout_s:.0f} s{self.log_tail()}")
-
-    def model_states(self) -> dict[str, bool]:
-        """Readiness of each model folder of the repository."""
-        states = {}
-        for cfg in sorted(self.options.model_repository.glob("*/config.pbtxt")):
-            name = cfg.parent.name
-            try:
-                states[name] = self._get(f"/v2/models/{name}/ready")[0] == 200
-            except (urllib.error.URLError, OSError):
-                states[name] = False
-        return states
-
-    def model_config(self, name: str) -> dict[str, Any] | None:
-        """The config tritonserver serves ``name`` with (the model-config API, with the admin header), or None."""
-        try:
-            status, body = self._get(f"/v2/models/{name}/config", headers=self.admin_headers)
-            return json.loads(body) if status == 200 else None
-        except (urllib.error.URLError, OSError, ValueError):
-            return None
-
-    def metrics_text(self, timeout: float = 2.0) -> str:
-        """Triton's Prometheus metrics (the metrics endpoint is not a restricted API)."""
-        return fetch_metrics(self.options.host, self.options.metrics_port, timeout)
-
-    def drain(self, timeout_s: float) -> bool:
-        """Wait until no request is queued or executing anywhere, for at most ``timeout_s``; False on
-        timeout (see :func:`.probes.drain`: it returns at once when nothing is in flight)."""
-        return drain(self.metrics_text, timeout_s)
 
     def stop(self, timeout_s: float | None = None, *, retire: bool = False, mps_fault: bool = False) -> int | None:
         """Stop tritonserver and return its exit code: SIGINT, ``timeout_s`` (by default Triton's exit timeout

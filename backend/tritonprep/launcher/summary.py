@@ -1,11 +1,11 @@
 """The start-up summary: one block that ``tritonprep serve`` logs when the server is ready.
 
-Each GPU (name, memory), whether CUDA MPS is on, what the GPU memory budget chose, and per model its
-kind, instance count, runtime, batch buckets and GPU memory, then the time to ready. It reads what the
-server serves (the model-config API, with the admin header), the instances' reports
-(:mod:`tritonprep.reports`: the runtime each instance loaded; "-" where an instance wrote none) and
-``nvidia-smi`` where present (the GPU memory each instance's process holds: the reports' pids, else the
-model's stub processes).
+Each GPU (name, memory; on a multi-GPU host also its server's pid and metrics port), whether CUDA MPS is
+on, what the GPU memory budget chose, and per model its kind, instance count (per GPU), runtime, batch
+buckets and GPU memory, then the time to ready. It reads what the server serves (the model-config API,
+with the admin header), the instances' reports (:mod:`tritonprep.reports`: the runtime each instance
+loaded; "-" where an instance wrote none) and ``nvidia-smi`` where present (the GPU memory each
+instance's process holds: the reports' pids, else the model's stub processes).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import reports
+from .host import Host
 from .install import gpu_info, visible_gpus
 from .process import EmbeddedServer
 from .supervise import stub_processes
@@ -95,22 +96,8 @@ def _table(rows: list[tuple[str, ...]]) -> list[str]:
     return ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
 
 
-def summary(server: EmbeddedServer) -> str:
-    """The summary block of ``server``, which is ready (several lines)."""
-    ready = f" in {server.ready_s:.1f} s" if server.ready_s is not None else ""
-    lines = [f"server ready{ready}:"]
-    gpus = gpu_info(visible_gpus(server.options.gpus))
-    for g in gpus:
-        lines.append(f"  GPU {g.index}: {g.name}, {g.total_mb} MiB ({g.used_mb} MiB in use)")
-    if not gpus:
-        lines.append("  GPUs: none (every instance runs on the CPU)")
-    mps = server.mps
-    lines.append(f"  CUDA MPS: {'on (' if mps and mps.enabled else 'off ('}{mps.detail if mps else 'unknown'})")
-    if server.plan is not None:
-        lines.append(f"  {server.plan.describe()}")
-    else:
-        budget = server.options.gpu_memory_budget
-        lines.append(f"  GPU memory budget: {'off' if budget == 'off' else 'not applied (no GPU)'}")
+def _models(server: EmbeddedServer) -> list[str]:
+    """The model table of one server: per model its kind, instances, runtime, buckets and GPU memory."""
     folder = server.report_dir
     by_model: dict[str, list[reports.InstanceReport]] = defaultdict(list)
     for report in reports.read_instances(folder) if folder is not None else []:
@@ -122,4 +109,57 @@ def summary(server: EmbeddedServer) -> str:
     rows = [_HEAD]
     for name in sorted(server.model_states()):
         rows.append(model_row(name, server.model_config(name), by_model.get(name, []), memory, stubs.get(name, [])))
-    return "\n".join(lines + _table(rows))
+    return _table(rows)
+
+
+def _budget(server: EmbeddedServer) -> str:
+    if server.plan is not None:
+        return f"  {server.plan.describe()}"
+    budget = server.options.gpu_memory_budget
+    return f"  GPU memory budget: {'off' if budget == 'off' else 'not applied (no GPU)'}"
+
+
+def summary(target: EmbeddedServer | Host) -> str:
+    """The summary block of a ready server, or of a ready host's servers (several lines)."""
+    if isinstance(target, Host) and target.shared:
+        return _host_summary(target)
+    server = target.parts[0].server if isinstance(target, Host) else target
+    ready_s = target.ready_s
+    ready = f" in {ready_s:.1f} s" if ready_s is not None else ""
+    lines = [f"server ready{ready}:"]
+    gpus = gpu_info(visible_gpus(server.options.gpus))
+    for g in gpus:
+        lines.append(f"  GPU {g.index}: {g.name}, {g.total_mb} MiB ({g.used_mb} MiB in use)")
+    if not gpus:
+        lines.append("  GPUs: none (every instance runs on the CPU)")
+    mps = server.mps
+    lines.append(f"  CUDA MPS: {'on (' if mps and mps.enabled else 'off ('}{mps.detail if mps else 'unknown'})")
+    lines.append(_budget(server))
+    return "\n".join(lines + _models(server))
+
+
+def _host_summary(host: Host) -> str:
+    """Several servers: the host's layout, then per GPU its server, then the first server's models (every GPU's
+    server serves the same repository)."""
+    ready = f" in {host.ready_s:.1f} s" if host.ready_s is not None else ""
+    lines = [f"server ready{ready}: {host.topology.describe()}"]
+    devices = {g.index: g for g in gpu_info(visible_gpus(host.options.gpus))}
+    for state, part in zip(host.gpu_states(), host.parts):
+        server = part.server
+        device = devices.get(part.slot.devices[0]) if part.slot.devices else None
+        name = f"{device.name}, {device.total_mb} MiB ({device.used_mb} MiB in use)" if device else "CPU server"
+        mps = server.mps
+        mps_text = f"CUDA MPS {'on' if mps and mps.enabled else 'off'}" + (
+            f" ({mps.detail})" if mps and not mps.enabled else ""
+        )
+        lines.append(
+            f"  GPU {part.gpu}: {name}; tritonserver pid {server.pid}, {mps_text}, metrics {state.metrics_url}"
+        )
+    o = host.options
+    lines.append(
+        f"  host endpoint http://{o.host}:{o.metrics_port}: /metrics (every GPU's), /v2/health/ready, "
+        "/v2/health/live, /tritonprep/gpus"
+    )
+    lines.append(_budget(host.parts[0].server) + (" (each GPU)" if host.parts[0].server.plan else ""))
+    lines.append(f"  models of each GPU's server (GPU {host.parts[0].gpu}'s shown):")
+    return "\n".join(lines + _models(host.parts[0].server))

@@ -92,6 +92,7 @@ class Supervisor:
         window_s: float = 600.0,
         ready_timeout_s: float = 300.0,
         on_event: Callable[[Event], None] | None = None,
+        name: str = "supervisor",
     ) -> None:
         self.server = server
         self.poll_s, self.ready_failures, self.grace_s, self.fault_grace_s = (
@@ -102,6 +103,8 @@ class Supervisor:
         )
         self.max_restarts, self.window_s, self.ready_timeout_s = max_restarts, window_s, ready_timeout_s
         self.on_event = on_event
+        #: how its log lines begin ("supervisor gpu1" for one of a host's servers)
+        self.name = name
         self.events: list[Event] = []
         self.stubs: list[Stub] = []
         self.gave_up = threading.Event()
@@ -120,7 +123,7 @@ class Supervisor:
     def _event(self, kind: str, detail: str) -> None:
         event = Event(time.monotonic(), kind, detail)
         self.events.append(event)
-        (log.info if kind == "ready" else log.warning)("supervisor: %s: %s", kind, detail)
+        (log.info if kind == "ready" else log.warning)("%s: %s: %s", self.name, kind, detail)
         if self.on_event is not None:
             self.on_event(event)
 
@@ -128,7 +131,7 @@ class Supervisor:
     def start(self) -> None:
         """Record the stubs of the (ready) server and start watching it."""
         self._record_stubs()
-        self._thread = threading.Thread(target=self._loop, name="tritonprep-supervisor", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name=f"tritonprep-{self.name}", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -143,7 +146,8 @@ class Supervisor:
         self.stubs = stub_processes(pid) if pid is not None else []
         self._faults_seen = set()
         log.info(
-            "supervisor: watching tritonserver pid %s and %d stubs (%s)",
+            "%s: watching tritonserver pid %s and %d stubs (%s)",
+            self.name,
             pid,
             len(self.stubs),
             ", ".join(f"{s.model}:{s.pid}" for s in self.stubs),

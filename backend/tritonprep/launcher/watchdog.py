@@ -3,7 +3,7 @@
 :class:`~.process.EmbeddedServer` starts one for every server start, restarts included::
 
     python -m tritonprep.launcher.watchdog --launcher-pid PID --grace S --report-fd FD --work-dir DIR \
-        --mps auto|on|off [--quiet-cuda-probes] -- tritonserver ARGS...
+        --mps auto|on|off [--quiet-cuda-probes] [--label gpu1] -- tritonserver ARGS...
 
 It makes itself a child subreaper, so every process that tritonserver starts (the Python stubs,
 and whatever a model starts) is re-parented to the watchdog, not to init, when its parent dies.
@@ -30,7 +30,8 @@ exits with the server's code (128+N for signal N).
 
 With ``--quiet-cuda-probes`` (the launcher sees no GPU) tritonserver's output goes through
 :mod:`.logfilter`, which leaves out Triton's failed CUDA probes; the filter ends when the output does,
-after everything else.
+after everything else. With ``--label`` (one server of several on a host) it goes through the filter too,
+which starts each line with ``[label] ``, and the watchdog's own lines name the label.
 
 It reports on the report fd in the line protocol of :mod:`.protocol`: ``mps``, ``started``,
 ``exited``, ``released``, ``cleaned`` (what it had to kill: nothing, after a clean stop) or ``error``.
@@ -107,6 +108,7 @@ class Watchdog:
         work_dir: Path | None = None,
         mps_mode: str = "off",
         quiet_cuda_probes: bool = False,
+        label: str = "",
     ) -> None:
         self.command = list(command)
         self.launcher_pid = launcher_pid
@@ -116,6 +118,7 @@ class Watchdog:
         self.mps_mode = mps_mode
         self.mps: mps.MpsDaemon | None = None
         self.quiet_cuda_probes = quiet_cuda_probes
+        self.label = label
         self.log_filter: subprocess.Popen[bytes] | None = None
         #: processes the watchdog SIGKILLed (tritonserver after its grace, leftovers)
         self.killed: list[int] = []
@@ -175,14 +178,20 @@ class Watchdog:
         return own | ({self.log_filter.pid} if self.log_filter is not None else set())
 
     def _server_output(self, prefix: str) -> int | None:
-        """Where tritonserver writes its log: the log filter's pipe (``--quiet-cuda-probes``), or None
-        (the watchdog's own output)."""
-        if not self.quiet_cuda_probes:
+        """Where tritonserver writes its log: the log filter's pipe (``--quiet-cuda-probes``, ``--label``), or
+        None (the watchdog's own output)."""
+        if not self.quiet_cuda_probes and not self.label:
             return None
         read_fd, write_fd = os.pipe()
         try:
             self.log_filter = subprocess.Popen(
-                [sys.executable, "-m", "tritonprep.launcher.logfilter", prefix],
+                [
+                    sys.executable,
+                    "-m",
+                    "tritonprep.launcher.logfilter",
+                    prefix,
+                    *(["--label", self.label] * bool(self.label)),
+                ],
                 stdin=read_fd,
                 start_new_session=True,  # it outlives a killed watchdog until tritonserver's output ends
             )
@@ -429,12 +438,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--quiet-cuda-probes", action="store_true", help="no GPU: leave Triton's failed CUDA probes out of its log"
     )
+    parser.add_argument("--label", default="", help="one server of several: its name, before each line of its log")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="after --: the tritonserver command line")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no tritonserver command after --")
-    logs.setup(f"tritonprep watchdog {os.getpid()}")
+    logs.setup(f"tritonprep watchdog {os.getpid()}" + (f" {args.label}" if args.label else ""))
     try:
         watchdog = Watchdog(
             command,
@@ -444,6 +454,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             work_dir=args.work_dir,
             mps_mode=args.mps,
             quiet_cuda_probes=args.quiet_cuda_probes,
+            label=args.label,
         )
         return watchdog.run()
     finally:  # only tritonserver, its stubs and the MPS daemon used it, and they are gone (or never started)

@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from .. import reports
 from ..errors import LimitExceeded, RequestError
 from ..executors import ImageInfo, create_executor
 from ..spec import PreprocessConfig
@@ -105,7 +106,7 @@ class PreprocessStage:
         )
         self._warm_up = getattr(executor, "warm_up", None)  # the GPU executor's; the CPU one needs none
         self.executor = faults.FaultyExecutor(executor) if faults.enabled() else executor
-        device = f"gpu{executor.device.id}" if executor.name == "gpu" else "cpu"
+        device = f"gpu{reports.host_gpu(executor.device.id)}" if executor.name == "gpu" else "cpu"
         self.metrics = PreprocessMetrics(args["model_name"], args["model_instance_name"], device)
         self.timer = PhaseTimer(args["model_instance_name"])  # logs phase times with TRITONPREP_PROFILE=1
         self.trimmer = HeapTrimmer()

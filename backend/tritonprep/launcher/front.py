@@ -1,0 +1,185 @@
+"""The host endpoint: one metrics and health address for the tritonservers of a multi-GPU host.
+
+The servers of a host (one per GPU, :mod:`.host`) share the HTTP and gRPC ports, where the kernel hands
+each new connection to one of them, but each serves its metrics on a port of its own. On the host's metrics
+port (``--metrics-port``, 8002) the launcher answers instead, in plain HTTP:
+
+``GET /metrics``
+    Every server's Prometheus metrics in one text, each sample labelled with its GPU (``gpu="1"``), the
+    families' ``HELP``/``TYPE`` lines once; then the host's own gauges: ``tritonprep_host_gpu_ready{gpu}``
+    (1 while that GPU's server serves) and ``tritonprep_host_restarts_total{gpu}``.
+``GET /v2/health/ready``
+    200 when every GPU's server serves; 503 otherwise (starting, restarting after a fault, or given up).
+``GET /v2/health/live``
+    200 while at least one GPU's server serves, or all of them are starting; 503 when none can.
+``GET /tritonprep/gpus``
+    JSON: per GPU its state (``starting``, ``ready``, ``restarting``, ``failed``, ``stopped``), tritonserver's
+    pid, its own metrics URL and its restarts; and the host's ``ready`` and ``degraded``.
+
+It reads the servers through :class:`Backends` (the host), so it knows nothing of how they run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import urllib.error
+from collections.abc import Sequence
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Protocol
+
+from ..errors import ServerError
+
+log = logging.getLogger(__name__)
+
+#: a sample line of the Prometheus text format: name, optional {labels}, the rest (value and timestamp)
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S.*)$")
+_COMMENT = re.compile(r"^# (HELP|TYPE) ([a-zA-Z_:][a-zA-Z0-9_:]*)(?: (.*))?$")
+
+
+@dataclass(frozen=True)
+class GpuState:
+    """One GPU's server as the host endpoint shows it."""
+
+    gpu: str  # the GPU's number (as --gpus counts them), the value of the ``gpu`` label
+    state: str  # starting, ready, restarting, failed, stopped
+    pid: int | None
+    metrics_url: str
+    restarts: int
+
+    @property
+    def serving(self) -> bool:
+        return self.state == "ready"
+
+
+class Backends(Protocol):
+    """What the endpoint needs of the host."""
+
+    def gpu_states(self) -> list[GpuState]: ...
+
+    def gpu_metrics(self) -> list[tuple[str, str | None]]: ...
+
+
+def label_sample(line: str, gpu: str) -> str:
+    """``line`` (a sample) with ``gpu="<gpu>"`` as its first label."""
+    m = _SAMPLE.match(line)
+    if m is None:
+        return line
+    name, labels, rest = m.groups()
+    inner = labels[1:-1].strip().rstrip(",") if labels else ""
+    return f'{name}{{gpu="{gpu}"{"," + inner if inner else ""}}} {rest}'
+
+
+def merge_metrics(texts: Sequence[tuple[str, str | None]]) -> str:
+    """One Prometheus text of several servers' (``(gpu, text)``; None: it did not answer): the samples of each
+    family together, labelled with their GPU, under the family's HELP and TYPE lines (the first server's)."""
+    families: dict[str, list[str]] = {}
+    heads: dict[str, list[str]] = {}
+    for gpu, text in texts:
+        family = ""
+        for line in (text or "").splitlines():
+            comment = _COMMENT.match(line)
+            if comment is not None:
+                family = comment[2]
+                seen = heads.setdefault(family, [])
+                if not any(h.startswith(f"# {comment[1]} ") for h in seen):
+                    seen.append(line)
+                families.setdefault(family, [])
+            elif line.strip() and not line.startswith("#"):
+                families.setdefault(family, []).append(label_sample(line, gpu))
+    out: list[str] = []
+    for family, samples in families.items():
+        out += heads.get(family, []) + samples
+    return "\n".join(out) + "\n"
+
+
+def host_gauges(states: Sequence[GpuState]) -> str:
+    """The host's own metrics: which GPU's server serves, and how often each was restarted."""
+    lines = [
+        "# HELP tritonprep_host_gpu_ready Whether the tritonserver of the GPU serves (1) or not (0: starting, "
+        "restarting after a fault, given up)",
+        "# TYPE tritonprep_host_gpu_ready gauge",
+        *(f'tritonprep_host_gpu_ready{{gpu="{s.gpu}"}} {int(s.serving)}' for s in states),
+        "# HELP tritonprep_host_restarts_total Restarts of the GPU's tritonserver by its supervisor",
+        "# TYPE tritonprep_host_restarts_total counter",
+        *(f'tritonprep_host_restarts_total{{gpu="{s.gpu}"}} {s.restarts}' for s in states),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def health(states: Sequence[GpuState]) -> dict[str, Any]:
+    """The host's readiness and liveness, and each GPU's state."""
+    serving = sum(s.serving for s in states)
+    starting = all(s.state == "starting" for s in states)
+    return {
+        "ready": bool(states) and serving == len(states),
+        "live": serving > 0 or starting,
+        "degraded": 0 < serving < len(states),
+        "gpus": [
+            {"gpu": s.gpu, "state": s.state, "pid": s.pid, "metrics": s.metrics_url, "restarts": s.restarts}
+            for s in states
+        ],
+    }
+
+
+class Front:
+    """The host endpoint's HTTP server on ``host:port``, answering from ``backends`` on its own threads."""
+
+    def __init__(self, host: str, port: int, backends: Backends) -> None:
+        handler = _handler(backends)
+        try:
+            self.httpd = ThreadingHTTPServer((host, port), handler)
+        except OSError as e:
+            raise ServerError(
+                f"cannot serve the host's metrics and health on {host}:{port}: {e.strerror} "
+                "(choose another --metrics-port)"
+            ) from None
+        self.httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="tritonprep-front", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop answering and free the port."""
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self._thread.join(5)
+
+
+def _handler(backends: Backends) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "tritonprep-host"
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            path = self.path.split("?")[0].rstrip("/")
+            try:
+                if path == "/metrics":
+                    states = backends.gpu_states()
+                    body = merge_metrics(backends.gpu_metrics()) + host_gauges(states)
+                    self._send(200, body.encode(), "text/plain; version=0.0.4; charset=utf-8")
+                elif path in ("/v2/health/ready", "/v2/health/live", "/tritonprep/gpus"):
+                    state = health(backends.gpu_states())
+                    if path == "/tritonprep/gpus":
+                        self._send(200, json.dumps(state).encode(), "application/json")
+                    else:
+                        ok = state["ready" if path.endswith("ready") else "live"]
+                        self._send(200 if ok else 503, b"", "text/plain")
+                else:
+                    self._send(404, b"not found: the host endpoint serves /metrics, /v2/health/ready, "
+                               b"/v2/health/live and /tritonprep/gpus\n", "text/plain")  # fmt: skip
+            except (OSError, urllib.error.URLError) as e:  # a server that went away while being read
+                self._send(503, f"{e}\n".encode(), "text/plain")
+
+        def _send(self, code: int, body: bytes, kind: str) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - http.server's name
+            log.debug("host endpoint: " + format, *args)
+
+    return Handler
