@@ -76,14 +76,15 @@ def image_dir(tmp_path_factory: pytest.TempPathFactory, photos: dict[str, np.nda
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    """The embedded tritonserver serving model_repository/ (started once per session)."""
-    from tritonprep.launcher.process import EmbeddedServer
+    """The embedded host serving model_repository/ (started once per session): one tritonserver on a CPU or
+    one-GPU machine, one per GPU on shared ports on a multi-GPU machine (tritonprep.launcher.host.Host)."""
+    from tritonprep.launcher.host import Host
 
     for onnx in (ONNX, EMBEDDER_ONNX):
         if not onnx.is_file():
             pytest.fail(f"{onnx} is missing: run `make model` (make test does it for you)")
     log_path = tmp_path_factory.mktemp("triton") / "tritonserver.log"
-    srv = EmbeddedServer(local_options(MODEL_REPOSITORY), log_path)
+    srv = Host(local_options(MODEL_REPOSITORY), log_path)
     with srv:
         yield srv
         if not srv.running:

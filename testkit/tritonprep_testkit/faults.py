@@ -5,11 +5,12 @@
     python -m scripts.faults cuda-illegal-address   # (GPU) a real sticky CUDA error in preprocess
     python -m scripts.faults drain           # SIGTERM to `tritonprep serve` with requests in flight
 
-kill-stub, fail-instance and cuda-illegal-address run a supervised embedded server with load from ``--clients``
-threads sending one photo per request to the ``classify`` ensemble, break the preprocess
-instance after ``--warmup`` seconds, and report how long until requests succeed again and
-what the requests in flight and during the outage got. drain starts ``tritonprep serve``,
-sends one request that holds preprocess for ``--sleep`` seconds and ``--clients`` - 1 that queue
+kill-stub, fail-instance and cuda-illegal-address run a supervised embedded host (one tritonserver per GPU)
+with load from ``--clients`` threads, each on a connection of its own, sending one photo per request to the
+``classify`` ensemble, break the preprocess instance of one GPU's server (``--gpu``, default the last) after
+``--warmup`` seconds, and report how long until that server answers again, what the requests in flight and
+during the outage got, and on a multi-GPU host what the other GPUs answered meanwhile. drain starts
+``tritonprep serve``, sends one request that holds preprocess for ``--sleep`` seconds and ``--clients`` - 1 that queue
 behind it, sends SIGTERM once all are inside preprocess (Triton's pending count plus tritonprep's
 executing gauge), and reports what they got and how long the launcher took to exit. ``--json FILE`` writes the figures.
 """
@@ -29,11 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from tritonprep.launcher.probes import fetch_metrics, in_flight
-from tritonprep.launcher.supervise import stub_processes
+from tritonprep.launcher.supervise import Supervisor, stub_processes
 from tritonprep.triton import faults
 
-from .loadgen import GrpcSender, Outcome, images, percentile, run_threads, scenario_settings
-from .servers import running_server, serve_command
+from .loadgen import GrpcSender, Outcome, connect_to, images, percentile, run_threads, scenario_settings
+from .servers import running_host, serve_command
 
 log = logging.getLogger("faults")
 
@@ -42,24 +43,32 @@ log = logging.getLogger("faults")
 OUTAGE_ANSWERS = frozenset({"instance-failed", "stub-dead", "server-unavailable", "queue-timeout"})
 
 
-def break_and_recover(scenario: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    """Load, break the preprocess instance, wait for recovery, report."""
+def break_and_recover(scenario: str, args: argparse.Namespace, workdir: Path, gpu: int | None = None) -> dict[str, Any]:
+    """Load, break the preprocess instance of one GPU's server (``gpu``; by default the last one's, on a one-GPU
+    or CPU host the server's), wait until that server serves again, report.
+
+    The host runs one tritonserver per GPU, so on a multi-GPU host the others keep answering: every client
+    thread has a connection of its own (the kernel spreads them over the servers), and the figures count what
+    was answered during the outage, what failed, and what was in flight on the broken GPU's server.
+    """
     photo = images()["good"][0]
     outcomes: list[Outcome] = []
     lock = threading.Lock()
     stop = threading.Event()
     env = {faults.ENV: "1"}
-    # every model's config.pbtxt, also on a GPU: one preprocess instance, so breaking it is an outage
-    # (the GPU configuration runs four; killing one of them would leave the other three serving)
+    # every model's config.pbtxt, also on a GPU: one preprocess instance per GPU, so breaking it is an outage of
+    # that GPU's server (the GPU configuration runs four; killing one of them would leave the other three serving)
     log_path = workdir / "tritonserver.log"
-    with running_server(log_path, supervise=True, env=env, grace_s=args.grace, model_config_name="", mps=args.mps) as (
-        server,
-        sup,
-    ):
+    with running_host(log_path, supervise=True, supervisor_kw={"grace_s": args.grace}, env=env, model_config_name="",
+                      mps=args.mps) as host:  # fmt: skip
+        part = host.parts[-1] if gpu is None else next(p for p in host.parts if p.gpu == str(gpu))
+        server, sup = part.server, part.supervisor
         assert sup is not None
+        target = server.options.server_id  # None: the host's only server
+        url = host.options.grpc_url
 
         def client(i: int) -> None:
-            sender = GrpcSender(server.options.grpc_url)
+            sender = GrpcSender(url, track=target is not None)
             try:
                 while not stop.is_set():
                     o = sender.send("classify", [photo], "good", args.timeout)
@@ -67,6 +76,9 @@ def break_and_recover(scenario: str, args: argparse.Namespace, workdir: Path) ->
                         outcomes.append(o)
                     if o.category != "ok":
                         time.sleep(0.05)  # do not spin on an outage
+                    if o.category == "server-unavailable":  # as a client would: a new connection, not gRPC's backoff
+                        sender.close()
+                        sender = GrpcSender(url, track=target is not None)
             finally:
                 sender.close()
 
@@ -76,28 +88,23 @@ def break_and_recover(scenario: str, args: argparse.Namespace, workdir: Path) ->
         slow: list[Outcome] = []  # requests that are inside preprocess when it breaks
 
         def slow_client(i: int) -> None:
-            sender = GrpcSender(server.options.grpc_url)
+            sender = connect_to(url, target)
             slow.append(sender.send("classify", [faults.trigger("sleep:1.5", photo)], "in-preprocess", args.timeout))
             sender.close()
 
         slow_threads = run_threads(args.in_preprocess, slow_client)
+        trigger = connect_to(url, target) if scenario != "kill-stub" else None
         time.sleep(0.5)
         t_break = time.monotonic()
-        if scenario == "kill-stub":
+        if trigger is None:
             os.kill(stub.pid, signal.SIGKILL)  # what `pkill -9 -f 'triton_python_backend_stub.*preprocess'` does
             trigger_outcome = None
         else:
-            sender = GrpcSender(server.options.grpc_url)
             # fail-instance: the executor reports an unrecoverable error; cuda-illegal-address (GPU):
             # a real sticky CUDA error, which the GPU executor must turn into the same
-            trigger_outcome = sender.send("classify", [faults.trigger(scenario, photo)], "trigger", args.timeout)
-            sender.close()
-        deadline = t_break + args.max_recovery
-        recovered = None
-        while time.monotonic() < deadline and recovered is None:
-            time.sleep(0.1)
-            with lock:  # a request can only succeed again through a live preprocess stub
-                recovered = min((o.end for o in outcomes if o.start > t_break and o.category == "ok"), default=None)
+            trigger_outcome = trigger.send("classify", [faults.trigger(scenario, photo)], "trigger", args.timeout)
+            trigger.close()
+        recovered = _recovered(url, target, sup, t_break, photo, args, outcomes, lock)
         time.sleep(args.after)
         stop.set()
         for t in threads + slow_threads:
@@ -105,8 +112,10 @@ def break_and_recover(scenario: str, args: argparse.Namespace, workdir: Path) ->
         hung = sum(t.is_alive() for t in threads + slow_threads)
         events = [(e.kind, round(e.time - t_break, 2), e.detail) for e in sup.events if e.time >= t_break]
         restarts = sup.restarts
-        ready_after = server.is_ready()
+        others = host.restarts - restarts
+        ready_after = host.is_ready()
         mps_state = server.mps
+        gpus = host.topology.count
     failure_t = next((t for k, t, _ in events if k == "failure"), None)
     ready_t = next((t for k, t, _ in events if k == "ready"), None)
     in_flight = [o for o in outcomes if o.start <= t_break < o.end]
@@ -115,6 +124,8 @@ def break_and_recover(scenario: str, args: argparse.Namespace, workdir: Path) ->
     ok_latency = [o.latency for o in outcomes if o.category == "ok" and o.end < t_break]
     return {
         "scenario": scenario,
+        "gpus": gpus,
+        "broken_gpu": part.gpu,
         "requests": len(outcomes),
         "stub_pid_broken": stub.pid,
         "trigger_request": None if trigger_outcome is None else trigger_outcome.category,
@@ -126,18 +137,59 @@ def break_and_recover(scenario: str, args: argparse.Namespace, workdir: Path) ->
         "in_preprocess_at_break": dict(Counter(o.category for o in slow)),
         "in_preprocess_answered_after_s": round(max((o.end - t_break for o in slow), default=float("nan")), 2),
         "in_flight_at_break": dict(Counter(o.category for o in in_flight)),
+        "in_flight_on_broken_gpu_at_break": sum(o.server == target for o in in_flight) if target else len(in_flight),
         "during_outage": dict(Counter(o.category for o in outage)),
         "after_recovery": dict(Counter(o.category for o in after)),
+        "failed_requests": sum(o.category != "ok" for o in outcomes),
+        "answered_per_s_before": _rate(outcomes, t_break - args.warmup / 2, t_break),
+        "answered_per_s_during_outage": _rate(outcomes, t_break, recovered or t_break),
         "outage_latency_p99_s": round(percentile([o.latency for o in outage], 99), 3),
         "ok_latency_p50_before_s": round(percentile(ok_latency, 50), 3),
         "sample_errors": sorted({o.message for o in slow + in_flight + outage if o.message})[:6],
         "client_threads_hung": hung,
         "restarts": restarts,
+        "other_gpus_restarts": others,
         "ready_at_end": ready_after,
         "supervisor_events": events,
         "mps": None if mps_state is None else mps_state.enabled,
         "restart_timeline": restart_timeline(log_path),
     }
+
+
+def _rate(outcomes: list[Outcome], t0: float, t1: float) -> float:
+    """Requests answered right per second between ``t0`` and ``t1`` (0.0 for an empty window)."""
+    ok = sum(1 for o in outcomes if o.category == "ok" and t0 <= o.end < t1)
+    return round(ok / (t1 - t0), 1) if t1 > t0 else 0.0
+
+
+def _recovered(
+    url: str,
+    target: str | None,
+    sup: Supervisor,
+    t_break: float,
+    photo: bytes,
+    args: argparse.Namespace,
+    outcomes: list[Outcome],
+    lock: threading.Lock,
+) -> float | None:
+    """When the broken server answers again: with one server, the first request that succeeds after the break;
+    with several (the others answer throughout), a request through a connection that reached it again, once its
+    supervisor has restarted it. None after ``args.max_recovery`` seconds."""
+    deadline = t_break + args.max_recovery
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        if target is None:
+            with lock:  # a request can only succeed again through a live preprocess stub
+                done = min((o.end for o in outcomes if o.start > t_break and o.category == "ok"), default=None)
+            if done is not None:
+                return done
+        elif any(e.kind == "ready" and e.time > t_break for e in sup.events):
+            probe = connect_to(url, target)
+            answer = probe.send("classify", [photo], "probe", args.timeout)
+            probe.close()
+            if answer.category == "ok":
+                return answer.end
+    return None
 
 
 #: the lines of a server log that time a restart: the watchdogs' and Triton's model loads and endpoints
@@ -263,6 +315,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     parser.add_argument("--exit-timeout", type=int, default=30, help="drain: Triton's exit timeout (s)")
     parser.add_argument("--mps", choices=["auto", "on", "off"], default="auto", help="CUDA MPS of the server")
+    parser.add_argument(
+        "--gpu", type=int, help="on a multi-GPU host, the GPU whose server breaks (default: the last one)"
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     return parser
 
@@ -282,4 +337,4 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="tritonprep-faults-") as tmp:
         if args.scenario == "drain":
             return drain(args, Path(tmp))
-        return break_and_recover(args.scenario, args, Path(tmp))
+        return break_and_recover(args.scenario, args, Path(tmp), args.gpu)

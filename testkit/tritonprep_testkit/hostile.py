@@ -23,6 +23,17 @@ def metric_key(name: str, **labels: str) -> str:
     return name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
 
 
+def total(samples: dict[str, float], name: str, **labels: str) -> float:
+    """The sum of the ``name`` samples (keys of :func:`metric_key`) that carry ``labels``, whatever their other
+    labels: over every GPU of a host (its metrics label each server's ``gpu`` and ``device``)."""
+    want = {f'{k}="{v}"' for k, v in labels.items()}
+    return sum(
+        value
+        for key, value in samples.items()
+        if key.startswith(name + "{") and want <= set(key[len(name) + 1 : -1].split(","))
+    )
+
+
 def parse_metrics(text: str) -> dict[str, float]:
     """The tritonprep_* samples of a metrics text, keyed by :func:`metric_key` (whatever the label order)."""
     samples = {}

@@ -54,6 +54,8 @@ class Outcome:
     end: float
     category: str  # see categorize()
     message: str = ""
+    #: the id of the server its connection reached (``tritonprep-gpu1`` on a multi-GPU host; "" if unknown)
+    server: str = ""
 
     @property
     def latency(self) -> float:
@@ -95,39 +97,73 @@ def categorize(status: str, message: str) -> str:
 
 
 class GrpcSender:
-    """One gRPC client (thread-safe channel) that turns every call into an :class:`Outcome`."""
+    """One gRPC client on a TCP connection of its own that turns every call into an :class:`Outcome`.
 
-    def __init__(self, url: str) -> None:
+    Each sender's channel has its own connection (gRPC Python otherwise shares one between channels of the
+    same target and settings), so on a multi-GPU host, whose servers share the port, the kernel gives each
+    sender one of them. With ``track`` each outcome names the server its connection reached (``GET /v2``'s
+    name, asked again after a failure: a reset connection reconnects, maybe to another server).
+    """
+
+    def __init__(self, url: str, track: bool = False) -> None:
         import tritonclient.grpc as grpcclient
 
         self.m = grpcclient
-        # reconnect quickly after a server restart (gRPC's default backoff grows to 2 minutes),
-        # and keep tritonclient's unlimited message sizes, which passing channel_args replaces
+        # reconnect quickly after a server restart (gRPC's default backoff grows to 2 minutes), keep
+        # tritonclient's unlimited message sizes (passing channel_args replaces them), one connection per sender
         args = [
             ("grpc.max_send_message_length", 2**31 - 1),
             ("grpc.max_receive_message_length", 2**31 - 1),
             ("grpc.initial_reconnect_backoff_ms", 200),
             ("grpc.min_reconnect_backoff_ms", 200),
             ("grpc.max_reconnect_backoff_ms", 500),
+            ("grpc.use_local_subchannel_pool", 1),
         ]
         self.client = grpcclient.InferenceServerClient(url, channel_args=args)
+        self.track = track
+        self._server = ""
+
+    def server(self, timeout_s: float = 2.0) -> str:
+        """The id of the server this sender's connection reaches ("" if it does not answer)."""
+        from tritonclient.utils import InferenceServerException
+
+        if not self._server:
+            try:
+                self._server = str(self.client.get_server_metadata(client_timeout=timeout_s).name)
+            except InferenceServerException:
+                return ""
+        return self._server
 
     def send(self, model: str, batch: list[bytes], kind: str, timeout_s: float) -> Outcome:
         """Send ``batch`` as one request to ``model``; never raises for a server-side failure."""
         from tritonclient.utils import InferenceServerException
 
         inp = image_input(batch, self.m)
+        server = self.server() if self.track else ""
         start = time.monotonic()
         try:
             self.client.infer(model, [inp], client_timeout=timeout_s)
         except InferenceServerException as e:
+            self._server = ""
             status, message = str(e.status() or ""), str(e.message() or e)
-            return Outcome(kind, start, time.monotonic(), categorize(status, message), f"{status} {message}"[:300])
-        return Outcome(kind, start, time.monotonic(), "ok")
+            category = categorize(status, message)
+            return Outcome(kind, start, time.monotonic(), category, f"{status} {message}"[:300], server)
+        return Outcome(kind, start, time.monotonic(), "ok", server=server)
 
     def close(self) -> None:
         """Close the channel."""
         self.client.close()
+
+
+def connect_to(url: str, server_id: str | None, tries: int = 200) -> GrpcSender:
+    """A sender whose connection reached the server ``server_id`` of the servers sharing ``url``'s port (any
+    sender for None); a RuntimeError after ``tries`` connections that reached others."""
+    for _ in range(tries):
+        sender = GrpcSender(url, track=True)
+        if server_id is None or sender.server() == server_id:
+            return sender
+        sender.close()
+    raise RuntimeError(f"no connection to {url} reached {server_id} in {tries} tries")
 
 
 def run_threads(n: int, target: object, *args: object) -> list[threading.Thread]:

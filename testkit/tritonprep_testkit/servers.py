@@ -9,7 +9,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from tritonprep.launcher.host import Host
 from tritonprep.launcher.options import ServerOptions
 from tritonprep.launcher.process import EmbeddedServer
 from tritonprep.launcher.supervise import Supervisor
@@ -63,10 +65,36 @@ def serve_command(log_file: Path | str, *extra: str, repository: Path | None = N
     return ServeCommand([*argv, "--log-file", str(log_file), *extra], http, grpc, metrics)
 
 
+#: GPU metrics ports that local_options() reserves: enough for a host of up to this many GPUs
+MAX_GPUS = 8
+
+
 def local_options(repository: Path = MODEL_REPOSITORY, **kw: object) -> ServerOptions:
-    """Server options on three free localhost ports."""
-    http, grpc, metrics = free_ports(3)
+    """Server options on free localhost ports: HTTP, gRPC, metrics, and each GPU's metrics for a multi-GPU host."""
+    http, grpc, metrics, *gpu_metrics = free_ports(3 + MAX_GPUS)
+    kw.setdefault("gpu_metrics_ports", tuple(gpu_metrics))
     return ServerOptions(repository, http_port=http, grpc_port=grpc, metrics_port=metrics, **kw)  # type: ignore[arg-type]
+
+
+@contextmanager
+def running_host(
+    log_path: Path,
+    *,
+    supervise: bool = False,
+    env: dict[str, str] | None = None,
+    repository: Path = MODEL_REPOSITORY,
+    supervisor_kw: dict[str, Any] | None = None,
+    **option_kw: object,
+) -> Iterator[Host]:
+    """A ready host (one tritonserver per GPU of this machine, or one on the CPU; with
+    ``TRITONPREP_FAKE_GPUS`` set, that many CPU servers) on free ports, stopped on exit, whatever happens.
+    ``env``: for tritonserver and its stubs; ``option_kw``: ServerOptions fields; ``supervise``: each server
+    gets its supervisor (the host's supervise(), with ``supervisor_kw``)."""
+    host = Host(local_options(repository, env=tuple((env or {}).items()), **option_kw), log_path)
+    with host:
+        if supervise:
+            host.supervise(**(supervisor_kw or {}))
+        yield host
 
 
 @contextmanager

@@ -154,7 +154,9 @@ def test_default_server_restricts_with_a_random_key(server):
     assert len(server.admin_key) >= 24
     assert http(server, "GET", "/v2/models/preprocess/stats") == 403
     assert http(server, "GET", "/v2/models/preprocess/stats", server.admin_headers) == 200
-    assert f"--http-restricted-api={','.join(RESTRICTED_APIS)}:{ADMIN_HEADER}=" in " ".join(server.command(Path("x")))
+    assert f"--http-restricted-api={','.join(RESTRICTED_APIS)}:{ADMIN_HEADER}=" in " ".join(
+        server.servers[0].command(Path("x"))
+    )
 
 
 @pytest.mark.parametrize(

@@ -53,3 +53,12 @@ def gpu_server(cp, nvimgcodec, request):
     assert "GPU executor on device" in text, "preprocess did not pick the GPU executor"
     assert "decoder nvImageCodec" in text, "the preprocess instance's log line does not name its GPU decoder"
     return server
+
+
+@pytest.fixture(scope="session")
+def topology():
+    """The servers the launcher runs on this machine (one per visible GPU): where the tests take counts, labels
+    and bounds from, so that none assumes one GPU."""
+    from tritonprep.launcher import topology
+
+    return topology.detect()

@@ -14,9 +14,11 @@ from collections import Counter
 import numpy as np
 
 from tritonprep.image_errors import ImageFailure
-from tritonprep_testkit.hostile import library_results, metric_key, metrics, preprocess_concurrently
+from tritonprep_testkit.hostile import library_results, metrics, preprocess_concurrently, total
 
 LEVEL = 1 / 128  # one uint8 level after (x - 127) / 128
+PATHS = ("gpu_hw", "gpu_cuda", "cpu_fallback", "cpu")
+REJECTED = ("decode", "format", "limit", "invalid")
 
 
 def test_corpus_on_the_gpu_matches_the_cpu_executor(gpu_server):
@@ -55,25 +57,15 @@ def test_corpus_on_the_gpu_matches_the_cpu_executor(gpu_server):
 
     after = metrics(gpu_server)
     delta = {k: after[k] - before.get(k, 0.0) for k in after}
-    paths = {
-        p: delta.get(metric_key("tritonprep_images_total", model="preprocess", device="gpu0", path=p), 0.0)
-        for p in ("gpu_hw", "gpu_cuda", "cpu_fallback", "cpu")
-    }
+    paths = {p: total(delta, "tritonprep_images_total", model="preprocess", path=p) for p in PATHS}  # every GPU's
     print(f"decoded by path: {paths}")  # noqa: T201
     decoded = sum(1 for it, got in zip(items, answers) if isinstance(got, np.ndarray))
     assert sum(paths.values()) == decoded
     assert paths["gpu_hw"] + paths["gpu_cuda"] > 0 and paths["cpu_fallback"] > 0 and paths["cpu"] == 0
     reasons = Counter(w.errors[0].reason for it, w in zip(items, local) if w.errors and it.expect != "any")
     for reason, n in reasons.items():  # the "any" items add to some reasons
-        assert delta[metric_key("tritonprep_rejected_total", model="preprocess", device="gpu0", reason=reason)] >= n, (
-            reason
-        )
-    assert (
-        sum(
-            delta.get(metric_key("tritonprep_rejected_total", model="preprocess", device="gpu0", reason=r), 0.0)
-            for r in ("decode", "format", "limit", "invalid")
-        )
-        == len(items) - decoded
-    )
+        assert total(delta, "tritonprep_rejected_total", model="preprocess", reason=reason) >= n, reason
+    rejected = [total(delta, "tritonprep_rejected_total", model="preprocess", reason=r) for r in REJECTED]
+    assert sum(rejected) == len(items) - decoded
     log = gpu_server.log_path.read_text()
     assert re.search(r"preprocess instance preprocess_0_0 \(GPU, device 0\): GPU executor on device 0: decoder ", log)

@@ -82,7 +82,8 @@ def test_the_gpu_repository_serves_every_model_logs_cleanly_and_stops_cleanly(cp
     from tritonprep_testkit.servers import local_options
 
     log_path = tmp_path / "tritonserver.log"
-    server = EmbeddedServer(local_options(exit_timeout_s=EXIT_TIMEOUT_S), log_path)
+    # one GPU's server (what each GPU of a multi-GPU host runs): its instance counts set the stop's bounds
+    server = EmbeddedServer(local_options(exit_timeout_s=EXIT_TIMEOUT_S, gpus=(0,)), log_path)
     t0 = time.monotonic()
     server.start()
     code = None

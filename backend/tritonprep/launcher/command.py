@@ -10,6 +10,10 @@ their lines.
 Every model of the repository loads at once (``--model-load-thread-count``: Triton's default of 4 threads
 made the fifth model wait for one of the first four; measured on the H100, ``preprocess`` began 2 s late).
 
+A server that shares its ports with the other GPUs' servers of a host (:mod:`.host`) gets Triton's reuse-port
+flags, its ``--id``, and a gRPC connection age (:data:`MAX_CONNECTION_AGE_MS`), so that long-lived client
+connections spread again over the servers after one of them restarted.
+
 Triton's metrics thread sleeps half of ``--metrics-interval-ms`` between polls and tritonserver joins it
 as it exits (``core/src/metrics.cc``): with the default 2000 ms an exit waited up to 1 s for it, so the
 launcher asks for :data:`METRICS_INTERVAL_MS` (CPU, pinned-memory and GPU gauges refresh that often;
@@ -27,6 +31,9 @@ from .served import config_in_use
 GPU_CONFIG_NAME = "gpu"
 #: Triton's own default of ``--model-load-thread-count``: the fewest threads the launcher asks for
 MIN_LOAD_THREADS = 4
+#: with shared ports: the longest a gRPC connection lives (then the client reconnects, reaching any GPU's server),
+#: and the time its calls in flight get to finish then
+MAX_CONNECTION_AGE_MS, CONNECTION_AGE_GRACE_MS = 30_000, 30_000
 #: ``--metrics-interval-ms``: tritonserver's exit waits up to half of it for the metrics thread (default 2000)
 METRICS_INTERVAL_MS = 500
 
@@ -98,6 +105,10 @@ def tritonserver_args(
         cmd += ["--model-config-name", name]
     if o.reuse_ports:  # the host's other servers listen on the same ports; the kernel spreads the connections
         cmd += ["--reuse-http-port", "true", "--reuse-grpc-port", "true"]
+        # a gRPC connection lives at most this long (its calls finish in the grace): clients reconnect, so the
+        # load spreads again over every GPU's server after one of them restarted
+        cmd += ["--grpc-max-connection-age", str(MAX_CONNECTION_AGE_MS), "--grpc-max-connection-age-grace",
+                str(CONNECTION_AGE_GRACE_MS)]  # fmt: skip
     if o.server_id:
         cmd += ["--id", o.server_id]
     if o.restricted_apis:
