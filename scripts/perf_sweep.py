@@ -28,11 +28,13 @@ import csv
 import json
 import logging
 import os
+import resource
 import shutil
 import struct
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -62,6 +64,10 @@ class Row:
     composing: str = ""
     #: per model that executed during the measurement (Triton's statistics): images per execute, compute split
     executes: str = ""
+    #: perf_analyzer processes that made the load together (the concurrency split between them)
+    processes: int = 1
+    #: CPU cores the load generator used (its processes' CPU time over the wall time)
+    client_cpu_cores: float = 0.0
 
 
 def write_input_data(images: list[bytes], path: Path, input_name: str = "IMAGE") -> None:
@@ -91,67 +97,20 @@ def admin_header_args(protocol: str, admin_key: str | None) -> list[str]:
     return ["-H", f"{name}:{admin_key}"]
 
 
-def run_one(
-    pa: str,
-    model: str,
-    url: str,
-    protocol: str,
-    data_json: Path,
-    batch: int,
-    concurrency: int,
-    interval_ms: int,
-    workdir: Path,
-    extra: list[str],
-) -> Row | None:
-    name = f"pa-{protocol}-{batch}-{concurrency}.csv"
-    for old in workdir.glob(f"*{name}"):
-        old.unlink()
-    # run in workdir with a bare file name: perf_analyzer writes the composing models' statistics
-    # of an ensemble beside it as "<model>_v<version>.<name>"
-    cmd = [
-        pa,
-        "-m",
-        model,
-        "-u",
-        url,
-        "-i",
-        protocol,
-        "--input-data",
-        str(data_json),
-        "-b",
-        str(batch),
-        "--concurrency-range",
-        f"{concurrency}:{concurrency}",
-        "--measurement-interval",
-        str(interval_ms),
-        "--stability-percentage",
-        "20",
-        "--max-trials",
-        "5",
-        "--percentile",
-        "50",
-        "-f",
-        name,
-        "--verbose-csv",
-        *extra,
-    ]
-    log.debug("%s", " ".join(cmd))
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=workdir)
-    csv_path = workdir / name
-    if proc.returncode != 0 or not csv_path.is_file():
-        log.error(
-            "perf_analyzer failed (%s c=%d b=%d): %s",
-            protocol,
-            concurrency,
-            batch,
-            (proc.stderr or proc.stdout).strip().splitlines()[-3:],
-        )
-        return None
-    with open(csv_path) as f:
-        rec = next(csv.DictReader(f))
-    compute = _ms(rec, "Server Compute Input") + _ms(rec, "Server Compute Infer") + _ms(rec, "Server Compute Output")
+def _command(
+    pa: str, model: str, url: str, protocol: str, data_json: Path, batch: int, concurrency: int, interval_ms: int,
+    name: str, extra: list[str],
+) -> list[str]:  # fmt: skip
+    return [pa, "-m", model, "-u", url, "-i", protocol, "--input-data", str(data_json), "-b", str(batch),
+            "--concurrency-range", f"{concurrency}:{concurrency}", "--measurement-interval", str(interval_ms),
+            "--stability-percentage", "20", "--max-trials", "5", "--percentile", "50", "-f", name, "--verbose-csv",
+            *extra]  # fmt: skip
+
+
+def _composing(folder: Path, name: str) -> str:
+    """The composing models' queue and compute of an ensemble, from the CSVs perf_analyzer wrote beside ``name``."""
     parts = []
-    for sub in sorted(workdir.glob(f"*_v*.{name}")):
+    for sub in sorted(folder.glob(f"*_v*.{name}")):
         with open(sub) as f:
             srec = next(csv.DictReader(f), None)
         if srec:
@@ -163,20 +122,74 @@ def run_one(
             parts.append(
                 f"{sub.name.split('_v')[0]}: queue {_ms(srec, 'Server Queue'):.2f} ms, compute {sub_compute:.2f} ms"
             )
+    return "; ".join(parts)
+
+
+def run_one(
+    pa: str,
+    model: str,
+    url: str,
+    protocol: str,
+    data_json: Path,
+    batch: int,
+    concurrency: int,
+    interval_ms: int,
+    workdir: Path,
+    extra: list[str],
+    processes: int = 1,
+    env: dict[str, str] | None = None,
+) -> Row | None:
+    """One measurement: ``processes`` perf_analyzers at once (the concurrency split between them; their images/s
+    add up, their latencies are averaged, the worst p99 kept), or None if one of them failed."""
+    name = f"pa-{protocol}-{batch}-{concurrency}.csv"
+    shares = [concurrency // processes + (k < concurrency % processes) for k in range(processes)]
+    folders = [workdir / f"p{k}" for k in range(processes)]
+    procs = []
+    usage0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
+    for folder, share in zip(folders, shares):
+        folder.mkdir(exist_ok=True)
+        for old in folder.glob(f"*{name}"):
+            old.unlink()
+        # run in the folder with a bare file name: perf_analyzer writes the composing models' statistics of an
+        # ensemble beside it as "<model>_v<version>.<name>"
+        cmd = _command(pa, model, url, protocol, data_json, batch, share, interval_ms, name, extra)
+        log.debug("%s", " ".join(cmd))
+        procs.append(subprocess.Popen(cmd, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                      env={**os.environ, **(env or {})}))  # fmt: skip
+    outputs = [p.communicate()[0] for p in procs]
+    wall = time.monotonic() - t0
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (usage.ru_utime - usage0.ru_utime + usage.ru_stime - usage0.ru_stime) / max(wall, 1e-9)
+    recs = []
+    for proc, folder, output in zip(procs, folders, outputs):
+        csv_path = folder / name
+        if proc.returncode != 0 or not csv_path.is_file():
+            log.error("perf_analyzer failed (%s c=%d b=%d): %s", protocol, concurrency, batch,
+                      output.strip().splitlines()[-3:])  # fmt: skip
+            return None
+        with open(csv_path) as f:
+            recs.append(next(csv.DictReader(f)))
+
+    def mean(key: str) -> float:
+        return sum(_ms(r, key) for r in recs) / len(recs)
+
+    compute = mean("Server Compute Input") + mean("Server Compute Infer") + mean("Server Compute Output")
     return Row(
         model,
         protocol,
         batch,
         concurrency,
-        float(rec["Inferences/Second"]),
-        _ms(rec, "p50 latency"),
-        _ms(rec, "p90 latency"),
-        _ms(rec, "p99 latency"),
-        _ms(rec, "Avg latency"),
-        _ms(rec, "Server Queue"),
+        sum(float(r["Inferences/Second"]) for r in recs),
+        mean("p50 latency"),
+        mean("p90 latency"),
+        max(_ms(r, "p99 latency") for r in recs),
+        mean("Avg latency"),
+        mean("Server Queue"),
         compute,
-        _ms(rec, "Client Send") + _ms(rec, "Client Recv"),
-        "; ".join(parts),
+        mean("Client Send") + mean("Client Recv"),
+        _composing(folders[0], name),
+        processes=processes,
+        client_cpu_cores=round(cpu, 2),
     )
 
 
@@ -252,11 +265,14 @@ def sweep(
     pa: str = "perf_analyzer",
     extra: list[str] | None = None,
     admin_key: str | None = None,
+    processes: int = 1,
+    env: dict[str, str] | None = None,
 ) -> list[Row]:
     """Run the sweep; return the rows (also appended to ``out/perf.csv``).
 
     ``admin_key``: the value of the server's admin header, for its restricted statistics
-    and model-config APIs.
+    and model-config APIs. ``processes``: perf_analyzers per measurement (where one process cannot make the
+    load; each takes its share of the concurrency). ``env``: more variables for perf_analyzer.
     """
     out.mkdir(parents=True, exist_ok=True)
     rows: list[Row] = []
@@ -278,6 +294,8 @@ def sweep(
                         interval_ms,
                         Path(tmp),
                         [*admin_header_args(protocol, admin_key), *(extra or [])],
+                        processes,
+                        env,
                     )
                     if row and before:
                         row.executes = executes_summary(before, model_stats(urls["http"], admin_key), sorted(before))

@@ -17,7 +17,10 @@
 #     gputime     where the GPU's time goes, in one process (python -m scripts.bench.gpu_time): the preprocessing's and
 #                 the network's kernels by CUPTI (the machine's torch profiler), and the two stages side by side
 #     harness     python -m scripts.bench.harness --phase $PHASES (tune, main, classify, fused, instances, analyze,
-#                 soak, startstop), e.g. HARNESS_ARGS="--mps on,off" or "--gpu-memory-budget 16G,off"
+#                 soak, startstop, gpus), e.g. HARNESS_ARGS="--mps on,off" or "--gpu-memory-budget 16G,off";
+#                 PHASES=gpus HARNESS_ARGS="--gpu-counts 1,2,4": the GPU-count axis on one host
+#     isolation   a sticky CUDA fault on one GPU of a multi-GPU host under load (python -m scripts.faults isolation;
+#                 ISOLATION_ARGS, e.g. "--gpu 1 --batch 8 --clients 64"; CUDA_VISIBLE_DEVICES picks the host's GPUs)
 #   Both harness steps write into /tmp/bench, which keeps what earlier calls measured while the machine stays warm
 #   (results.md is rebuilt from all of it; BENCH_FRESH=1 starts it over).
 #   After each step, python -m scripts.leftovers checks that no tritonprep process, /dev/shm region, CUDA context
@@ -26,7 +29,7 @@
 #   --dali-args, spaces allowed), SOAK_SECONDS, BENCH_TIMEOUT, STARTS, STARTSTOP_ARGS, STARTSTOP_TIMEOUT,
 #   BENCH_FRESH, BENCH_SEED (a carried folder with rows.json and summary.json): knobs of the steps above.
 #   Files back (at most 8): pytest-gpu.txt, grid.json, memory.jsonl, classifier.jsonl, gpu_time.jsonl, results.md, summary.json,
-#   leftovers.txt, results.tgz (everything else, results.csv, rows.json and the server logs included).
+#   isolation.json, leftovers.txt, results.tgz (everything else, results.csv, rows.json and the server logs included).
 #
 # Wheels (staged with ../shared/device/stage-wheels, one device call per batch):
 #   'nvidia-pytriton==0.7.0' 'cupy-cuda13x==13.6.0' fastrlock 'numpy==1.26.4' 'nvidia-nvimgcodec-cu13==0.9.0.20'
@@ -142,6 +145,13 @@ if step harness; then
   grep -E "phase .* done in|failed|not ready|Traceback|Error" /tmp/steps/harness.log | tail -8
   report 100
   leftovers harness
+fi
+if step isolation; then
+  # shellcheck disable=SC2086  # ISOLATION_ARGS is split on spaces on purpose
+  timeout ${ISOLATION_TIMEOUT:-240} python3 -m scripts.faults isolation ${ISOLATION_ARGS:-} --json /tmp/steps/isolation.json \
+    > /tmp/steps/isolation.log 2>&1; echo "isolation rc=$?"; grep -v "^20..-..-.. " /tmp/steps/isolation.log | tail -24
+  cp /tmp/steps/isolation.json "$OUT/" 2>/dev/null
+  leftovers isolation
 fi
 tar czf "$OUT/results.tgz" --exclude='bench/work' --exclude='*.jpg' -C /tmp steps $(cd /tmp && ls -d bench 2>/dev/null)
 ls -la "$OUT"

@@ -300,7 +300,11 @@ def _ready(sender: GrpcSender) -> bool:
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The scenarios' settings (``python -m scripts.faults --help``)."""
-    parser.add_argument("scenario", choices=["kill-stub", "fail-instance", "cuda-illegal-address", "drain"])
+    parser.add_argument(
+        "scenario", choices=["kill-stub", "fail-instance", "cuda-illegal-address", "drain", "isolation"],
+        help="isolation: a sticky CUDA fault on one GPU of a multi-GPU host under full load (tritonprep_testkit."
+        "isolation)",
+    )  # fmt: skip
     parser.add_argument("--clients", type=int, default=4, help="concurrent client threads")
     parser.add_argument("--timeout", type=float, default=30.0, help="client deadline per request (s)")
     parser.add_argument("--warmup", type=float, default=3.0, help="seconds of load before the fault")
@@ -318,6 +322,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument(
         "--gpu", type=int, help="on a multi-GPU host, the GPU whose server breaks (default: the last one)"
     )
+    parser.add_argument("--batch", type=int, default=8, help="isolation: images per request")
+    parser.add_argument(
+        "--fault", default="cuda-illegal-address", choices=["cuda-illegal-address", "fail-instance"],
+        help="isolation: what breaks (fail-instance also serves on a CPU host of fake GPUs)",
+    )  # fmt: skip
+    parser.add_argument("--processes", type=int, default=8, help="isolation: load processes (--clients between them)")
+    parser.add_argument("--load-seconds", type=float, default=20.0, help="isolation: seconds of load after the fault")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     return parser
 
@@ -337,4 +348,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="tritonprep-faults-") as tmp:
         if args.scenario == "drain":
             return drain(args, Path(tmp))
+        if args.scenario == "isolation":
+            from .isolation import isolation
+
+            return isolation(args, Path(tmp))
         return break_and_recover(args.scenario, args, Path(tmp), args.gpu)

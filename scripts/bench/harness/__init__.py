@@ -20,7 +20,10 @@ ready, stop, exit code, GPU memory sampled throughout):
 * ``analyze``: decode once, serve two models (:mod:`.phases.analyze`);
 * ``soak``: constant load on ``prep_sink`` for ``--soak-seconds`` (:mod:`.phases.soak`);
 * ``startstop``: the default repository started ``--starts`` times: launch to ready, start-up breakdown,
-  memory at ready and under load, stop time, exit code (:mod:`.phases.startstop`).
+  memory at ready and under load, stop time, exit code (:mod:`.phases.startstop`);
+* ``gpus``: the GPU-count axis: the shipped repository on 1, 2, 4, ... GPUs (``--gpu-counts``), classify,
+  classify_fused and embed at 8 and 32 images/request and at c=1, with the load generator's CPU and each
+  GPU's utilization (:mod:`.phases.gpus`).
 
 ``--points goals`` measures, in ``main`` and ``classify``, only the points the goals read (cheaper runs of
 several settings). Writes results.md (with the settings side by side and the goals, met or not),

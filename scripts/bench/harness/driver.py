@@ -128,6 +128,11 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: the phase's own grid)",
     )
     parser.add_argument("--starts", type=int, default=3, help="startstop phase: starts of the default repository")
+    parser.add_argument(
+        "--gpu-counts",
+        default="",
+        help="gpus phase: comma list of GPU counts to serve on, e.g. 1,2,4 (default: 1, 2, 4, ... up to every GPU)",
+    )
     return parser
 
 

@@ -8,7 +8,7 @@ from typing import Any
 DEFAULT_LABEL = "default"
 SIZE = "500x375"
 #: the kinds of rows measured through a server (so with a server setting)
-SERVED_KINDS = ("triton", "soak", "tune", "fused_tune", "instances", "startstop", "decode_once")
+SERVED_KINDS = ("triton", "soak", "tune", "fused_tune", "instances", "startstop", "decode_once", "gpus")
 
 
 def setting_of(row: dict[str, Any]) -> str:

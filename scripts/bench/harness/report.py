@@ -10,7 +10,7 @@ import platform
 import sys
 from pathlib import Path
 
-from . import sections
+from . import scaling, sections
 from .figures import SERVED_KINDS, setting_of
 from .gpu import smi_text
 from .summary import summary_lines
@@ -18,7 +18,8 @@ from .summary import summary_lines
 #: results.csv's columns, in order
 CSV_KEYS = ["kind", "config", "setting", "mps", "budget", "size", "protocol", "images_per_request", "concurrency",
             "batch", "images_per_s", "latency_ms", "p50_ms", "p90_ms", "p99_ms", "server_queue_ms",
-            "server_compute_ms", "composing", "server"]  # fmt: skip
+            "server_compute_ms", "composing", "server", "gpus", "gpu_util", "processes",
+            "client_cpu_cores"]  # fmt: skip
 
 
 def environment() -> list[str]:
@@ -98,6 +99,7 @@ def report_lines(rows: list[dict], summary: dict) -> list[str]:
     lines += sections.goal_lines(rows, summary)
     lines += sections.instances_ranking(rows, servers)
     lines += sections.startstop_section(servers)
+    lines += scaling.gpus_section(rows, summary)
     lines += sections.servers_table(servers)
     if summary.get("errors"):
         lines += ["", "## Errors", "", *(f"- {e}" for e in summary["errors"])]

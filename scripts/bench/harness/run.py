@@ -86,11 +86,14 @@ class Run:
         protocols: tuple[str, ...] = ("grpc",),
         interval: int | None = None,
         perf_out: Path | None = None,
+        processes: int = 1,
+        env: dict[str, str] | None = None,
     ) -> list[perf_sweep.Row]:
-        """perf_analyzer at each (images per request, concurrency) against a served model."""
+        """perf_analyzer at each (images per request, concurrency) against a served model (``processes`` of them
+        at once, the concurrency split between them; ``env``: theirs)."""
         return perf_sweep.sweep(model, srv.urls, self.sets[size], list(protocols), batches, conc,
                                 interval or self.interval, perf_out or self.out / "perf",
-                                admin_key=srv.admin_key)  # fmt: skip
+                                admin_key=srv.admin_key, processes=processes, env=env)  # fmt: skip
 
     def sweep(
         self,

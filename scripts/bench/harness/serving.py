@@ -2,8 +2,8 @@
 (total and per process, at ready and at peak, sampled throughout), the stop time, tritonserver's exit code
 and whether the watchdog had to kill anything.
 
-:func:`serve` starts a repository through the launcher (``EmbeddedServer``) with a :class:`~.settings.Setting`
-(MPS, GPU memory budget) and appends one record per server to ``summary["servers"]``.
+:func:`serve` starts a repository through the launcher (``Host``: a tritonserver per GPU) with a
+:class:`~.settings.Setting` (MPS, GPU memory budget) and appends one record per server to ``summary["servers"]``.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ _MPS_WITHOUT = re.compile(r"serving without CUDA MPS: (.*)")
 class Served:
     """A ready server, the setting it runs with and the record being filled for it."""
 
-    server: Any  # tritonprep.launcher.process.EmbeddedServer
+    server: Any  # tritonprep.launcher.host.Host
     setting: Setting
     tag: str
     record: dict[str, Any]
@@ -177,7 +177,7 @@ def serve(
     ``options``: ``ServerOptions`` fields; None: the harness's (:data:`BENCH_OPTIONS`), ``{}``: the launcher's.
     Raises ``tritonprep.errors.ServerError`` if it does not become ready.
     """
-    from tritonprep.launcher.process import EmbeddedServer
+    from tritonprep.launcher.host import Host
 
     name = f"{tag}{setting.suffix}"
     log_path = out / f"triton-{name}.log"
@@ -185,7 +185,7 @@ def serve(
     fields = {**(BENCH_OPTIONS if options is None else options), **setting.server_options()}
     if env:
         fields["env"] = tuple(env.items())
-    server = EmbeddedServer(local_options(repo, **fields), log_path)
+    server = Host(local_options(repo, **fields), log_path)  # a server per GPU of ``options["gpus"]`` (default: all)
     record: dict[str, Any] = {"tag": tag, "setting": setting.label, "name": name, "repository": str(repo),
                               "log": log_path.name, "env": env or {}}  # fmt: skip
     before = read_gpu()
@@ -206,15 +206,16 @@ def serve(
             at_ready = sampler.take()
             record["ready_mib"] = at_ready.total_mib if at_ready else -1
             record["by_process_ready"] = at_ready.by_process if at_ready else {}
-            reports = report_dir(server)
-            record["instances"] = read_reports(reports)
+            folders = [report_dir(part) for part in server.servers]
+            record["instances"] = [r for f in folders for r in read_reports(f)]
+            record["gpus"], record["tritonservers"] = server.topology.gpu_count, server.topology.count
             log.info("%s (%s) ready in %.1f s, GPU memory %s MiB", tag, setting.label, record["ready_s"],
                      record["ready_mib"])  # fmt: skip
             try:
                 yield served
             finally:
-                record["faults"] = read_reports(reports, "faults")
-                record["instances"] = read_reports(reports) or record["instances"]
+                record["faults"] = [r for f in folders for r in read_reports(f, "faults")]
+                record["instances"] = [r for f in folders for r in read_reports(f)] or record["instances"]
                 t1 = time.monotonic()
                 record["exit_code"] = server.stop()
                 record["stop_s"] = round(time.monotonic() - t1, 2)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ..run import Run
 from ..settings import Setting
-from . import analyze, classify, fused, instances, main, soak, startstop, tune
+from . import analyze, classify, fused, gpus, instances, main, soak, startstop, tune
 
 
 @dataclass(frozen=True)
@@ -33,4 +33,5 @@ PHASES: dict[str, Phase] = {
     "analyze": Phase(analyze.served),
     "soak": Phase(soak.served),
     "startstop": Phase(startstop.served),
+    "gpus": Phase(gpus.served),
 }

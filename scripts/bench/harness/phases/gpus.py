@@ -1,0 +1,108 @@
+"""Phase ``gpus``: the GPU-count axis, 1 vs 2 vs 4 GPUs of the same host in one run.
+
+For each count N of ``--gpu-counts`` (default: 1, 2, 4, ... up to every GPU this machine shows), the shipped
+repository with the launcher's defaults on GPUs 0..N-1 (a tritonserver per GPU on shared ports: the launcher's
+default), then ``classify``, ``classify_fused`` and ``embed`` at 8 images/request and concurrency 64 x N, at 32
+and 16 x N, and at 1 image with concurrency 1. The load comes from N perf_analyzer processes (one GPU's worth of
+concurrency each: one process would itself be the limit at the higher counts), each concurrency slot on a
+connection of its own (``TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT=1``), so that the kernel spreads them over the
+servers. Each row records the load generator's CPU use (cores) and each GPU's mean utilization during the
+measurement (``nvidia-smi``, sampled every half second). The servers' records give the launch to ready and the
+stop per count. The report's "GPU count" section puts the counts side by side against the goals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from ..gpu import smi_text
+from ..repos import SOURCE
+from ..run import Run
+from ..settings import Setting
+
+log = logging.getLogger("harness")
+
+#: (model, images per request, concurrency per GPU); c=1 stays 1 whatever the count
+POINTS = [(m, n, c) for m in ("classify", "classify_fused", "embed") for n, c in ((8, 64), (32, 16), (1, 1))]
+#: each concurrency slot of perf_analyzer on a gRPC connection of its own (tritonclient shares one between 6)
+SPREAD_ENV = {"TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT": "1"}
+
+
+def default_counts(visible: int) -> list[int]:
+    """1, 2, 4, ... up to ``visible``, and ``visible`` itself."""
+    counts, n = [], 1
+    while n < visible:
+        counts.append(n)
+        n *= 2
+    return counts + [visible] if visible else []
+
+
+def parse_counts(text: str, visible: int) -> list[int]:
+    """``--gpu-counts``: a comma list of GPU counts from 1 to ``visible`` (empty: :func:`default_counts`)."""
+    if not text.strip():
+        return default_counts(visible)
+    counts = [int(v) for v in text.split(",") if v.strip()]
+    bad = [c for c in counts if not 1 <= c <= visible]
+    if bad:
+        raise ValueError(f"--gpu-counts {text}: this machine shows {visible} GPU(s), so {bad} cannot be served")
+    return counts
+
+
+@dataclass
+class Utilization:
+    """Each GPU's utilization (%), sampled by ``nvidia-smi`` every ``period`` s in a thread; the means per GPU."""
+
+    period: float = 0.5
+    samples: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="gpu-util")
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for line in smi_text("--query-gpu=index,utilization.gpu", "--format=csv,noheader,nounits").splitlines():
+                index, _, value = (v.strip() for v in line.partition(","))
+                if value.isdigit():
+                    self.samples[index].append(int(value))
+            self._stop.wait(self.period)
+
+    def means(self) -> str:
+        """``0:97 1:95`` (GPU index: mean %), "" without samples."""
+        return " ".join(f"{i}:{sum(v) / len(v):.0f}" for i, v in sorted(self.samples.items()) if v)
+
+    def __enter__(self) -> Utilization:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
+    """Each GPU count: the shipped repository on that many GPUs, every point, with the load generator's CPU and
+    each GPU's utilization."""
+    from tritonprep.launcher.install import gpu_count
+
+    for n in parse_counts(args.gpu_counts, gpu_count()):
+        options = {"gpus": tuple(range(n))}
+        with run.serve(f"gpus-{n}", SOURCE, setting, options=options) as srv:
+            srv.record["loaded"] = True
+            for model, batch, conc in POINTS:
+                concurrency = conc * n if conc > 1 else 1
+                with Utilization() as util:
+                    res = run.measure(srv, model, [batch], [concurrency], processes=n if conc > 1 else 1,
+                                      env=SPREAD_ENV)  # fmt: skip
+                for r in res:
+                    row = {"kind": "gpus", "config": model, "size": "500x375", **srv.setting.row_fields(),
+                           "server": srv.tag, "gpus": n, "gpu_util": util.means(), **r.__dict__}  # fmt: skip
+                    log.info("gpus=%d %s b%d c%d: %.0f img/s p50 %.2f ms; client %.1f cores (%d perf_analyzer); "
+                             "GPU util %s", n, model, batch, concurrency, r.images_per_s, r.p50_ms,
+                             r.client_cpu_cores, r.processes, row["gpu_util"])  # fmt: skip
+                    run.rows.append(row)
+                run.save()
