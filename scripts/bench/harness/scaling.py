@@ -97,10 +97,12 @@ def gpus_section(rows: list[dict], summary: dict[str, Any]) -> list[str]:
               "mean per GPU index during the measurement."]  # fmt: skip
     by_count = _servers(summary.get("servers", []))
     if by_count:
-        lines += ["", "| GPUs | tritonservers | launch to ready | stop | exit code |", "|---|---|---|---|---|"]
+        lines += ["", "| GPUs | tritonservers | launch to ready | stop | exit code | cross-device copies logged |",
+                  "|---|---|---|---|---|---|"]  # fmt: skip
         for n, s in sorted(by_count.items()):
             servers_n, ready, stop = s.get("tritonservers", "-"), s.get("ready_s", "-"), s.get("stop_s", "-")
-            lines.append(f"| {n} | {servers_n} | {ready} s | {stop} s | {s.get('exit_code')} |")
+            copies = len(s.get("cross_device_copies", []))
+            lines.append(f"| {n} | {servers_n} | {ready} s | {stop} s | {s.get('exit_code')} | {copies} |")
     goals = gpu_goals(rows, summary.get("servers", []))
     if goals:
         lines += ["", "Goals (issue 35):", "", *(g.line() for g in goals)]

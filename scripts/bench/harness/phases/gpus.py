@@ -89,8 +89,9 @@ def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
     each GPU's utilization."""
     from tritonprep.launcher.install import gpu_count
 
-    for n in parse_counts(args.gpu_counts, gpu_count()):
-        options = {"gpus": tuple(range(n))}
+    visible = gpu_count()
+    for n in parse_counts(args.gpu_counts, visible) if visible else [1]:  # no GPU: the CPU host, once
+        options = {"gpus": tuple(range(n))} if visible else {}
         with run.serve(f"gpus-{n}", SOURCE, setting, options=options) as srv:
             srv.record["loaded"] = True
             for model, batch, conc in POINTS:
@@ -106,3 +107,6 @@ def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
                              r.client_cpu_cores, r.processes, row["gpu_util"])  # fmt: skip
                     run.rows.append(row)
                 run.save()
+            # the classifier logs its first input that arrived from another GPU (cross_device_copies): none, as
+            # each server sees one GPU
+            srv.record["cross_device_copies"] = srv.log_lines("arrived from another GPU", 3)
