@@ -7,7 +7,9 @@ prints or saves each one's embedding (``--json``, or ``--npy OUT`` for one float
 Images travel up to ``--batch-size`` per request; ``--verbose`` adds how each image was decoded
 and transformed (the provenance outputs). ``tritonprep serve`` runs the embedded Triton server
 (needs the ``server`` extra). A failure that concerns one image is reported for that image and
-the others still get their answers; the exit code is 1 if anything failed.
+the others still get their answers; the exit code is 1 if anything failed. A request that failed because its
+server went away or was overloaded is sent again (``--retries``); the run ends with one line on stderr
+saying how many were, and why.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,6 +26,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from .errors import ClientError, ServerUnavailable
+from .retry import RetryCounts, RetryPolicy
 
 IMAGE_SUFFIXES = frozenset(
     (".jpg", ".jpeg", ".jpe", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff", ".jp2", ".j2k", ".j2c", ".jpf")
@@ -156,6 +160,17 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise UsageError("--top-k must be at least 1")
     if not 1 <= args.batch_size <= 64:
         raise UsageError("--batch-size must be between 1 and 64 (the server's max_images_per_request)")
+    if args.retries < 0:
+        raise UsageError("--retries must be 0 (no retries) or more")
+    npy = getattr(args, "npy", None)
+    if npy is not None:
+        folder = npy.parent
+        if npy.is_dir():
+            raise UsageError(f"--npy {npy}: is a folder; give a file name, such as {npy / 'embeddings.npy'}")
+        if not folder.is_dir():
+            raise UsageError(f"--npy {npy}: folder {folder} does not exist")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise UsageError(f"--npy {npy}: folder {folder} is not writable")
 
 
 def read_files(items: Sequence[tuple[str, Path | None, str | None]], answers: Answers) -> list[tuple[str, bytes]]:
@@ -194,12 +209,22 @@ def client_class() -> Any:
     return ClassifyClient
 
 
-def send(client_cls: Any, args: argparse.Namespace, images: Sequence[bytes], err: TextIO) -> dict[int, Any]:
-    """Every image's result (an ``ImageResult`` or its ``ClientError``), by index, with a progress bar on ``err``."""
+def send(
+    client_cls: Any, args: argparse.Namespace, images: Sequence[bytes], err: TextIO
+) -> tuple[dict[int, Any], RetryCounts]:
+    """Every image's result (an ``ImageResult`` or its ``ClientError``), by index, with a progress bar on ``err``;
+    and what the client sent again, by cause."""
     model = args.model
     if args.command == "classify" and args.verbose and model == "classify":
         model = "analyze"  # classify carries no provenance outputs (they would cost every request); analyze does
-    with client_cls(args.url, args.protocol, model=model, timeout_s=args.timeout, concurrency=args.concurrency) as c:
+    with client_cls(
+        args.url,
+        args.protocol,
+        model=model,
+        timeout_s=args.timeout,
+        concurrency=args.concurrency,
+        retry=args.retries,
+    ) as c:
         c.check_server()
         names = _output_names(c, args)
         top_k = args.top_k if args.command == "classify" else None
@@ -209,7 +234,7 @@ def send(client_cls: Any, args: argparse.Namespace, images: Sequence[bytes], err
             results[i] = result
             progress.step()
         progress.clear()
-    return results
+    return results, c.retries
 
 
 def images_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -219,9 +244,11 @@ def images_command(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     answers = Answers(args, out, err)
     readable = read_files(expand_paths(args.paths), answers)
     if readable:
-        results = send(client_cls, args, [data for _, data in readable], err)
+        results, retries = send(client_cls, args, [data for _, data in readable], err)
         for i, (name, _) in enumerate(readable):
             answers.answer(name, results[i])
+        if retries.total:
+            err.write(f"tritonprep: retried {retries.total} request(s): {retries}\n")
     return answers.finish()
 
 
@@ -243,6 +270,14 @@ def _common_arguments(c: argparse.ArgumentParser, model: str) -> None:
     )
     c.add_argument("--concurrency", type=int, default=8, help="requests in flight (default: %(default)s)")
     c.add_argument("--timeout", type=float, default=60.0, help="seconds per request (default: %(default)s)")
+    c.add_argument(
+        "--retries",
+        type=int,
+        default=RetryPolicy().retries,
+        metavar="N",
+        help="send a request again up to N times when its server went away or was overloaded, with a growing "
+        f"wait, for at most {RetryPolicy().max_time_s:.0f} s (default: %(default)s; 0: never)",
+    )
     c.add_argument(
         "--verbose",
         action="store_true",

@@ -13,23 +13,31 @@ build them for every request). :meth:`ClassifyClient.infer_each` sends images in
 still gives every image its own answer: when a request fails because of one image (the server
 names it in the per-image error contract, :mod:`tritonprep.image_errors`), that image gets the error
 and the others are sent again without it.
+
+The client spreads its requests over several connections and sends a request again when its server went
+away, its model instance failed or the server refused it for overload: :mod:`.connections` owns the
+connections, :mod:`.retry` what is retried and how long.
 """
 
 from __future__ import annotations
 
+import http.client
 import importlib
 import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from tritonclient.utils import InferenceServerException
 
-from .errors import ClientError, InferenceFailed, ServerUnavailable
+from .connections import GrpcConnections, HttpConnections, default_connections
+from .errors import ClientError, InferenceFailed, ServerUnavailable, WrongProtocol
+from .retry import SERVER_GONE, Retrier, RetriesExhausted, RetryCounts, RetryPolicy, error_text, retry_cause
+
+T = TypeVar("T")
 
 INPUT = "IMAGE"
 OUTPUTS = ("SCORES", "CLASS_IDS", "LABELS")
@@ -143,93 +151,6 @@ def image_input(images: Sequence[bytes], protocol: str | ModuleType = "grpc", na
     return inp
 
 
-class _Grpc:
-    """gRPC adapter (tritonclient.grpc): thread-safe channel, callbacks for async calls."""
-
-    def __init__(self, target: str, timeout_s: float, ssl: bool = False) -> None:
-        import tritonclient.grpc as grpcclient
-
-        self.m = grpcclient
-        self.client = grpcclient.InferenceServerClient(target, ssl=ssl)
-        self.timeout_s = timeout_s
-
-    def outputs(self, names: Sequence[str]) -> list[Any]:
-        return [self.m.InferRequestedOutput(n) for n in names]
-
-    def infer(self, model: str, inputs: list[Any], outputs: list[Any]) -> Any:
-        return self.client.infer(model, inputs, outputs=outputs, client_timeout=self.timeout_s)
-
-    def submit(
-        self, model: str, inputs: list[Any], outputs: list[Any], done: Callable[[Any, Exception | None], None]
-    ) -> None:
-        self.client.async_infer(model, inputs, callback=done, outputs=outputs, client_timeout=self.timeout_s)
-
-    def live(self) -> bool:
-        return self.client.is_server_live(client_timeout=min(self.timeout_s, 10))
-
-    def metadata(self, model: str) -> dict[str, Any]:
-        md = self.client.get_model_metadata(model, as_json=True, client_timeout=min(self.timeout_s, 10))
-        return {"outputs": [{"name": o["name"], "shape": [int(s) for s in o["shape"]]} for o in md.get("outputs", [])]}
-
-    def close(self) -> None:
-        self.client.close()
-
-
-class _Http:
-    """HTTP adapter (tritonclient.http). Its gevent-based client must stay on the thread that
-    made it, so concurrent calls run on a pool of worker threads with one client each."""
-
-    def __init__(self, target: str, timeout_s: float, concurrency: int, ssl: bool = False) -> None:
-        import tritonclient.http as httpclient
-
-        self.m = httpclient
-        self._kwargs = {"connection_timeout": timeout_s, "network_timeout": timeout_s, "ssl": ssl}
-        self.target = target
-        self.client = httpclient.InferenceServerClient(target, **self._kwargs)
-        self._local = threading.local()
-        self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="tritonprep-http")
-        self._worker_clients: list[Any] = []
-
-    def _thread_client(self) -> Any:
-        client = getattr(self._local, "client", None)
-        if client is None:
-            client = self._local.client = self.m.InferenceServerClient(self.target, **self._kwargs)
-            self._worker_clients.append(client)
-        return client
-
-    def outputs(self, names: Sequence[str]) -> list[Any]:
-        return [self.m.InferRequestedOutput(n, binary_data=True) for n in names]
-
-    def infer(self, model: str, inputs: list[Any], outputs: list[Any]) -> Any:
-        return self.client.infer(model, inputs, outputs=outputs)
-
-    def submit(
-        self, model: str, inputs: list[Any], outputs: list[Any], done: Callable[[Any, Exception | None], None]
-    ) -> None:
-        def call() -> None:
-            try:
-                result = self._thread_client().infer(model, inputs, outputs=outputs)
-            except Exception as e:  # noqa: BLE001 - any failure goes to the callback, which answers the images
-                done(None, e)
-            else:
-                done(result, None)
-
-        self._pool.submit(call)
-
-    def live(self) -> bool:
-        return self.client.is_server_live()
-
-    def metadata(self, model: str) -> dict[str, Any]:
-        md = self.client.get_model_metadata(model)
-        return {"outputs": [{"name": o["name"], "shape": [int(s) for s in o["shape"]]} for o in md.get("outputs", [])]}
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=True)
-        for client in self._worker_clients:
-            client.close()
-        self.client.close()
-
-
 class ClassifyClient:
     """Classify encoded images with the ``classify`` ensemble over gRPC or HTTP.
 
@@ -247,42 +168,105 @@ class ClassifyClient:
         timeout_s: float = 60.0,
         concurrency: int = 8,
         ssl: bool = False,
+        connections: int | None = None,
+        retry: RetryPolicy | int | None = None,
     ) -> None:
+        """``connections``: gRPC connections to spread requests over (default: one per request in flight, at
+        most 16; HTTP has one per request in flight). ``retry``: a :class:`RetryPolicy`, a number of retries
+        per request with the default timing, or 0 for none (default: ``RetryPolicy()``)."""
         self.protocol, self.target = parse_url(url, protocol)
         #: exceptions that tritonclient and the sockets under it raise for a failed call
-        self.errors: tuple[type[BaseException], ...] = (InferenceServerException, OSError, ValueError, KeyError)
+        self.errors: tuple[type[BaseException], ...] = (
+            InferenceServerException,
+            OSError,
+            ValueError,
+            KeyError,
+            http.client.HTTPException,
+            RetriesExhausted,
+        )
         self.model = model
         self.concurrency = max(1, concurrency)
+        self._retrier = Retrier(RetryPolicy.of(retry))
         try:
-            self._impl: _Grpc | _Http = (
-                _Grpc(self.target, timeout_s, ssl)
+            self._impl: GrpcConnections | HttpConnections = (
+                GrpcConnections(self.target, timeout_s, connections or default_connections(self.concurrency), ssl)
                 if self.protocol == "grpc"
-                else _Http(self.target, timeout_s, self.concurrency, ssl)
+                else HttpConnections(self.target, timeout_s, self.concurrency, ssl)
             )
         except ImportError as e:
             raise ClientError(f"tritonclient is not installed: pip install 'tritonprep[client]' ({e})") from None
         except (ValueError, OSError) as e:
             raise ServerUnavailable(f"cannot set up a {self.protocol} client for {self.target}: {e}") from None
 
-    # ------------------------------------------------------------------ helpers
-    def _describe(self, e: BaseException) -> str:
-        msg = getattr(e, "message", None)
-        text = msg() if callable(msg) else str(e)
-        return " ".join(str(text).split())
+    @property
+    def retry(self) -> RetryPolicy:
+        """How failed requests are sent again."""
+        return self._retrier.policy
 
+    @property
+    def retries(self) -> RetryCounts:
+        """How many requests were sent again so far, by cause (``str()``: ``9 server gone, 3 overloaded``)."""
+        return self._retrier.counts
+
+    @property
+    def connections(self) -> int:
+        """How many connections requests are spread over."""
+        return self._impl.connections
+
+    # ------------------------------------------------------------------ helpers
     def _is_connection_error(self, e: BaseException) -> bool:
-        text = self._describe(e).lower()
-        return isinstance(e, (ConnectionError, OSError)) or any(
-            s in text
-            for s in ("unavailable", "connection refused", "failed to connect", "connect failed", "name resolution")
+        text = error_text(e).lower()
+        return (
+            isinstance(e, (ConnectionError, OSError))
+            or retry_cause(e) == SERVER_GONE
+            or any(
+                s in text
+                for s in (
+                    "unavailable",
+                    "connection refused",
+                    "failed to connect",
+                    "connect failed",
+                    "name resolution",
+                    "socket closed",
+                    "connection reset",
+                    "server is stopping",
+                )
+            )
         )
+
+    def _hint(self) -> str:
+        """A word on the usual ports when the URL's port is the other protocol's default."""
+        port = self.target.rpartition(":")[2]
+        if self.protocol == "grpc" and port == "8000":
+            return f" (8000 is usually Triton's HTTP port: use http://{self.target} or the gRPC port, 8001)"
+        return ""
 
     def _wrap(self, e: BaseException) -> ClientError:
         if isinstance(e, ClientError):
             return e
+        suffix = ""
+        if isinstance(e, RetriesExhausted):
+            suffix = f" (still failing after {e.retries} retries in {e.elapsed_s:.1f} s)"
+            e = e.error
+        if isinstance(e, http.client.HTTPException) and type(e).__name__ != "HTTPConnectionClosed":
+            reason = e.args[0] if e.args and isinstance(e.args[0], str) else error_text(e)
+            return WrongProtocol(
+                f"{self.target} does not speak HTTP (its answer is no HTTP response: {reason}); is it Triton's gRPC "
+                f"port (8001 by default)? Use grpc://{self.target}, or the HTTP port (8000 by default)"
+            )
         if self._is_connection_error(e):
-            return ServerUnavailable(f"cannot reach Triton at {self.target} over {self.protocol}: {self._describe(e)}")
-        return InferenceFailed.from_server(self._describe(e))
+            return ServerUnavailable(
+                f"cannot reach Triton at {self.target} over {self.protocol}: {error_text(e)}{suffix}{self._hint()}"
+            )
+        failure = InferenceFailed.from_server(error_text(e))
+        return InferenceFailed(f"{failure}{suffix}", failure.image) if suffix else failure
+
+    def _call(self, send: Callable[[], T]) -> T:
+        """``send()`` with this client's retries; a failure that remains is raised as a :class:`ClientError`."""
+        try:
+            return self._retrier.call(send)
+        except self.errors as e:
+            raise self._wrap(e) from None
 
     def _provenance(self, result: Any, n: int, names: Sequence[str]) -> list[Provenance]:
         size = result.as_numpy("ORIGINAL_SIZE").reshape(n, 2)
@@ -366,10 +350,8 @@ class ClassifyClient:
         """Classify ``images`` in one request; the whole request fails if one image is bad."""
         if not images:
             return []
-        try:
-            result = self._impl.infer(self.model, [image_input(images, self._impl.m)], self._impl.outputs(OUTPUTS))
-        except self.errors as e:
-            raise self._wrap(e) from None
+        inputs, outputs = [image_input(images, self._impl.m)], self._impl.outputs(OUTPUTS)
+        result = self._call(lambda: self._impl.infer(self.model, inputs, outputs))
         return self._predictions(result, len(images), top_k)
 
     def classify_each(
@@ -388,10 +370,8 @@ class ClassifyClient:
         bad)."""
         if not images:
             return np.zeros((0, 0), np.float32)
-        try:
-            result = self._impl.infer(model, [image_input(images, self._impl.m)], self._impl.outputs([EMBEDDING]))
-        except self.errors as e:
-            raise self._wrap(e) from None
+        inputs, outputs = [image_input(images, self._impl.m)], self._impl.outputs([EMBEDDING])
+        result = self._call(lambda: self._impl.infer(model, inputs, outputs))
         return result.as_numpy(EMBEDDING).reshape(len(images), -1).astype(np.float32, copy=False)
 
     def infer_each(
@@ -407,8 +387,9 @@ class ClassifyClient:
 
         One bad image fails only itself: the server fails a request at its first bad image and names it
         (``image k of n [reason]: ...``), so that image gets the error (its message, ``image`` set) and the
-        request's other images are sent again without it, until every image has an answer. Any other
-        failure of a request (server unreachable, overloaded) is the answer of each of its images.
+        request's other images are sent again without it, until every image has an answer. A request that
+        failed for its server (gone, a failed instance, overload) is sent again as :attr:`retry` allows; a
+        failure that remains is the answer of each of its images.
         """
         if batch_size < 1:
             raise ClientError(f"batch_size must be at least 1, got {batch_size}")
@@ -456,15 +437,14 @@ class ClassifyClient:
                 if group is None:
                     return
                 slots.acquire()
-                try:
-                    self._impl.submit(
-                        self.model,
-                        [image_input([images[i] for i in group], self._impl.m)],
-                        self._impl.outputs(outputs),
-                        lambda result, error, group=group: done(group, result, error),
-                    )
-                except self.errors as e:
-                    done(group, None, e)
+                inputs = [image_input([images[i] for i in group], self._impl.m)]
+                requested = self._impl.outputs(outputs)
+                self._retrier.submit(
+                    lambda callback, inputs=inputs, requested=requested: self._impl.submit(
+                        self.model, inputs, requested, callback
+                    ),
+                    lambda result, error, group=group: done(group, result, error),
+                )
 
         if not images:
             return
@@ -477,14 +457,13 @@ class ClassifyClient:
 
     def preprocess(self, images: Sequence[bytes], model: str = "preprocess", output: str = "PIXELS") -> np.ndarray:
         """Call the preprocess model directly and return the network input it produces."""
-        try:
-            result = self._impl.infer(model, [image_input(images, self._impl.m)], self._impl.outputs([output]))
-        except self.errors as e:
-            raise self._wrap(e) from None
+        inputs, requested = [image_input(images, self._impl.m)], self._impl.outputs([output])
+        result = self._call(lambda: self._impl.infer(model, inputs, requested))
         return result.as_numpy(output)
 
     def close(self) -> None:
-        """Close the connection(s)."""
+        """Close the connections (requests that wait for a retry end with their last error)."""
+        self._retrier.close()
         self._impl.close()
 
     def __enter__(self) -> ClassifyClient:

@@ -10,7 +10,12 @@ class ClientError(Exception):
 
 
 class ServerUnavailable(ClientError):
-    """The Triton server cannot be reached (not running, wrong URL or port, network)."""
+    """The Triton server cannot be reached (not running, wrong URL or port, network), or went away and did
+    not come back within the client's retries."""
+
+
+class WrongProtocol(ServerUnavailable):
+    """The address answers in another protocol than the client speaks (HTTP sent to a gRPC port, say)."""
 
 
 class InferenceFailed(ClientError):
