@@ -72,3 +72,15 @@ def make_jpegs(width: int, height: int, count: int, seed: int = 0, quality: int 
             im = im.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
         out.append(encode(im, "JPEG", quality=quality, subsampling="4:2:0"))
     return out
+
+
+def photo_variants(count: int, photos: dict[str, np.ndarray] | None = None) -> dict[str, bytes]:
+    """``count`` distinct JPEGs of the test photos (:data:`PHOTO_NAMES`), each photo in turn at a quality from 95
+    down, named ``<photo>-q<quality>.jpg``: a folder's worth of real images whose classes are known."""
+    photos = photos if photos is not None else load_photos()
+    names = list(photos)
+    out: dict[str, bytes] = {}
+    for i in range(count):
+        name, quality = names[i % len(names)], 95 - i // len(names)
+        out[f"{name}-q{quality}.jpg"] = encode(photos[name], "JPEG", quality=max(quality, 5))
+    return out

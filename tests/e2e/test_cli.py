@@ -163,3 +163,20 @@ def test_embed_json_and_npy(server, image_dir, photos, tmp_path):
 def test_batch_size_is_checked(server, image_dir):
     r = run_cli("embed", str(image_dir), "--url", server.options.grpc_url, "--batch-size", "65")
     assert r.returncode == 2 and "--batch-size must be between 1 and 64" in r.stderr
+
+
+def test_http_to_the_grpc_port_is_one_clear_line(server, image_dir):
+    grpc = server.options.grpc_url
+    r = run_cli("classify", str(image_dir / "chelsea.jpg"), "--url", f"http://{grpc}")
+    assert r.returncode == 1 and r.stdout == "" and "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"tritonprep: error: {grpc} does not speak HTTP"), r.stderr
+    assert f"grpc://{grpc}" in lines[0] and "gRPC port (8001 by default)" in lines[0]
+
+
+def test_npy_output_is_checked_before_anything_is_sent(image_dir, tmp_path):
+    [port] = free_ports(1)  # nothing listens there: a check after connecting would say so instead
+    out = tmp_path / "missing" / "e.npy"
+    r = run_cli("embed", str(image_dir), "--url", f"127.0.0.1:{port}", "--npy", str(out))
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip() == f"tritonprep: error: --npy {out}: folder {out.parent} does not exist"

@@ -1,4 +1,4 @@
-"""The Python example of docs/client.md runs as written against a real server."""
+"""The Python example of docs/client.md runs as written against a real server, a bad image included."""
 
 from __future__ import annotations
 
@@ -23,14 +23,33 @@ def client_example() -> str:
     return blocks[0]
 
 
-def test_the_python_example_runs(server, photos, tmp_path, monkeypatch):
-    (tmp_path / "cat.jpg").write_bytes(encode(photos["chelsea"], "JPEG", quality=90))
-    (tmp_path / "cat.png").write_bytes(encode(photos["chelsea"], "PNG"))
-    (tmp_path / "coffee.jpg").write_bytes(encode(photos["coffee"], "JPEG", quality=90))
+def run_example(server, tmp_path, monkeypatch, coffee: bytes) -> list[str]:
+    """The page's example on cat.jpg, cat.png and ``coffee`` as coffee.jpg; the lines it prints."""
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "coffee.jpg").write_bytes(coffee)
     code = client_example().replace("localhost:8001", server.options.grpc_url)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         exec(compile(code, "docs/client.md", "exec"), {})  # noqa: S102 - the page's own example
-    lines = out.getvalue().splitlines()
-    assert "espresso (1280,)" in out.getvalue() and len(lines) == 3 + 2 * 3, out.getvalue()
+    return out.getvalue().splitlines()
+
+
+@pytest.fixture
+def cats(photos, tmp_path):
+    (tmp_path / "cat.jpg").write_bytes(encode(photos["chelsea"], "JPEG", quality=90))
+    (tmp_path / "cat.png").write_bytes(encode(photos["chelsea"], "PNG"))
+
+
+def test_the_python_example_runs(server, photos, cats, tmp_path, monkeypatch):
+    lines = run_example(server, tmp_path, monkeypatch, encode(photos["coffee"], "JPEG", quality=90))
+    text = "\n".join(lines)
+    assert "coffee.jpg espresso (1280,)" in text and len(lines) == 3 * 2 + 3, text  # 2 lines per image, 3x3 matrix
+
+
+def test_the_python_example_survives_a_bad_image(server, photos, cats, tmp_path, monkeypatch):
+    truncated = encode(photos["coffee"], "JPEG", quality=90)[:2000]
+    lines = run_example(server, tmp_path, monkeypatch, truncated)
+    text = "\n".join(lines)
+    assert any(line.startswith("coffee.jpg failed: ") for line in lines), text
+    assert sum(line.startswith(("cat.jpg ", "cat.png ")) and "(1280,)" in line for line in lines) == 2, text
+    assert len(lines) == 2 * 2 + 1 + 2, text  # 2 lines per good image, the failure, a 2x2 matrix
