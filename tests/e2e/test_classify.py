@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -20,11 +18,8 @@ ESPRESSO = 967
 
 
 def stats(server: object, model: str) -> dict:
-    """Triton's statistics of ``model`` (a restricted API: needs the admin header)."""
-    url = f"{server.options.http_url}/v2/models/{model}/stats"  # type: ignore[attr-defined]
-    request = urllib.request.Request(url, headers=server.admin_headers)  # type: ignore[attr-defined]
-    with urllib.request.urlopen(request) as r:
-        return json.loads(r.read())["model_stats"][0]
+    """Triton's statistics of ``model`` summed over the host's servers (a restricted API: the admin header)."""
+    return server.model_statistics(model)["model_stats"][0]  # type: ignore[attr-defined]
 
 
 def test_single_image_requests(client, jpegs):

@@ -3,8 +3,6 @@ per-request isolation of every output, through a real tritonserver (CPU path).""
 
 from __future__ import annotations
 
-import json
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -37,9 +35,8 @@ def decoders(server: object, fmt: str) -> set[str]:
 
 
 def stats(server: object, model: str) -> dict:
-    url = f"{server.options.http_url}/v2/models/{model}/stats"  # type: ignore[attr-defined]
-    with urllib.request.urlopen(urllib.request.Request(url, headers=server.admin_headers)) as r:  # type: ignore[attr-defined]
-        return json.loads(r.read())["model_stats"][0]
+    """Triton's statistics of ``model`` summed over the host's servers (a restricted API: the admin header)."""
+    return server.model_statistics(model)["model_stats"][0]  # type: ignore[attr-defined]
 
 
 def test_jpeg_and_png_of_one_photo_embed_alike_and_different_photos_do_not(client, jpegs, photos):

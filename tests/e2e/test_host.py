@@ -80,6 +80,28 @@ def test_each_gpu_has_its_own_server_and_both_answer_on_one_address(host, jpegs)
     assert "[gpu0] " in log and "[gpu1] " in log  # every line of a server's log names its GPU
 
 
+def test_the_statistics_api_answers_for_every_server(host, jpegs):
+    """Through the host endpoint (and Host.model_statistics) the statistics of both servers add up; the shared
+    port's own API answers for the server one connection reached."""
+    before = int(host.model_statistics("classify")["model_stats"][0]["inference_count"])
+    for _ in range(12):  # a new client each: new connections, both servers
+        with ClassifyClient(host.options.grpc_url) as c:
+            c.classify([jpegs["chelsea"]])
+    deadline = time.monotonic() + 10  # a server counts a request a moment after its answer left
+    while (after := int(host.model_statistics("classify")["model_stats"][0]["inference_count"])) - before < 12:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert after - before == 12
+    base = f"http://{host.options.host}:{host.options.metrics_port}"
+    request = urllib.request.Request(f"{base}/v2/models/classify/stats", headers=host.admin_headers)
+    with urllib.request.urlopen(request, timeout=10) as r:  # noqa: S310 - localhost
+        assert int(json.loads(r.read())["model_stats"][0]["inference_count"]) == after
+    assert get(f"{base}/v2/models/classify/stats")[0] == 403  # the admin header is the servers' to check
+    one = host.each_server("/v2/models/classify/stats", host.admin_headers)
+    assert set(one) == {"tritonprep-gpu0", "tritonprep-gpu1"} and {c for c, _ in one.values()} == {200}
+
+
 def test_the_host_endpoint_serves_every_servers_metrics_and_the_hosts_health(host):
     base = f"http://{host.options.host}:{host.options.metrics_port}"
     code, body = get(f"{base}/metrics")

@@ -99,7 +99,7 @@ def test_mps_on_serves_every_gpu_instance_through_a_private_daemon_and_stops_cle
         start = time.monotonic()
         code = host.stop()
         stop_s = time.monotonic() - start
-    bound = stop_bound()
+    bound = stop_bound() * (1.2 if topology.count > 1 else 1)
     seen = f"stop of {topology.count} GPU server(s) under MPS, nothing in flight: {stop_s:.2f} s (bound {bound:.1f} s)"
     print(f"{seen}; {host.cleanups}")  # noqa: T201
     assert code == 0 and stop_s <= bound, (code, stop_s)
@@ -132,7 +132,7 @@ def test_serve_on_the_gpu_logs_its_summary_and_stops_cleanly(gpu_server_kit, tmp
             proc.kill()
     text = "".join(lines) + proc.stderr.read()  # type: ignore[union-attr]
     found = [line for line in (log_file.read_text() + text).splitlines() if PROBLEM.search(line)]
-    bound = stop_bound()
+    bound = stop_bound() * (1.2 if topology.count > 1 else 1)  # several GPUs: at most 1.2x one GPU's (issue 35)
     sys.stdout.write(f"{text}\nstop with nothing in flight: {stop_s:.2f} s (bound {bound:.1f} s)\n")
     sys.stdout.write(f"problem lines: {found}\n")
     if topology.count == 1:

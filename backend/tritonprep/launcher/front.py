@@ -15,6 +15,10 @@ port (``--metrics-port``, 8002) the launcher answers instead, in plain HTTP:
 ``GET /tritonprep/gpus``
     JSON: per GPU its state (``starting``, ``ready``, ``restarting``, ``failed``, ``stopped``), tritonserver's
     pid, its own metrics URL and its restarts; and the host's ``ready`` and ``degraded``.
+``GET /v2/models[/NAME[/versions/V]]/stats``
+    Triton's statistics API (with the admin header, which it passes on) of every server at once: each count and
+    duration added up. Through the shared HTTP port the same API answers for the one server a connection reached,
+    whose ``GET /v2`` names it (``tritonprep-gpu1``).
 
 It reads the servers through :class:`Backends` (the host), so it knows nothing of how they run.
 """
@@ -35,6 +39,10 @@ from ..errors import ServerError
 
 log = logging.getLogger(__name__)
 
+#: Triton's statistics API, which the host endpoint answers for every server at once
+_STATS = re.compile(r"^/v2/models(/[^/]+(/versions/[^/]+)?)?/stats$")
+#: request headers not passed on to the servers
+_HOP_HEADERS = {"host", "connection", "content-length", "accept-encoding"}
 #: a sample line of the Prometheus text format: name, optional {labels}, the rest (value and timestamp)
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S.*)$")
 _COMMENT = re.compile(r"^# (HELP|TYPE) ([a-zA-Z_:][a-zA-Z0-9_:]*)(?: (.*))?$")
@@ -61,6 +69,8 @@ class Backends(Protocol):
     def gpu_states(self) -> list[GpuState]: ...
 
     def gpu_metrics(self) -> list[tuple[str, str | None]]: ...
+
+    def each_server(self, path: str, headers: dict[str, str]) -> dict[str, tuple[int, bytes]]: ...
 
 
 def label_sample(line: str, gpu: str) -> str:
@@ -94,6 +104,35 @@ def merge_metrics(texts: Sequence[tuple[str, str | None]]) -> str:
     for family, samples in families.items():
         out += heads.get(family, []) + samples
     return "\n".join(out) + "\n"
+
+
+def merge_statistics(answers: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Several servers' statistics answers (``{"model_stats": [...]}``) as one: per model and version, every count
+    and duration added up (``batch_stats`` per batch size), the latest ``last_inference``."""
+
+    def add(a: Any, b: Any, key: str = "") -> Any:
+        if isinstance(a, dict) and isinstance(b, dict):
+            return {k: add(a.get(k), b.get(k), k) if k in a and k in b else a.get(k, b.get(k)) for k in {**a, **b}}
+        if key == "batch_stats" and isinstance(a, list) and isinstance(b, list):
+            by_size = {s.get("batch_size"): s for s in a}
+            for s in b:
+                size = s.get("batch_size")
+                by_size[size] = add(by_size[size], s) if size in by_size else s
+            return [by_size[k] for k in sorted(by_size, key=lambda v: int(v or 0))]
+        if key in ("name", "version"):
+            return a
+        if key == "last_inference":
+            return max(int(a), int(b))
+        if isinstance(a, (int, float, str)) and str(a).isdigit() and str(b).isdigit():
+            return int(a) + int(b)  # Triton's JSON writes the 64-bit counts as numbers or strings
+        return a
+
+    models: dict[tuple[str, str], dict[str, Any]] = {}
+    for answer in answers:
+        for stat in answer.get("model_stats", []):
+            key = (stat.get("name", ""), stat.get("version", ""))
+            models[key] = add(models[key], stat) if key in models else stat
+    return {"model_stats": list(models.values())}
 
 
 def host_gauges(states: Sequence[GpuState]) -> str:
@@ -159,6 +198,16 @@ def _handler(backends: Backends) -> type[BaseHTTPRequestHandler]:
                     states = backends.gpu_states()
                     body = merge_metrics(backends.gpu_metrics()) + host_gauges(states)
                     self._send(200, body.encode(), "text/plain; version=0.0.4; charset=utf-8")
+                elif _STATS.match(path):
+                    headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_HEADERS}
+                    answers = backends.each_server(self.path, headers)
+                    codes = {code for code, _ in answers.values()}
+                    if codes != {200}:  # refused (the admin header), or a server that did not answer: say so
+                        code = max(codes - {200}, default=503)
+                        self._send(code, next((b for c, b in answers.values() if c == code), b""), "application/json")
+                    else:
+                        merged = merge_statistics([json.loads(body) for _, body in answers.values()])
+                        self._send(200, json.dumps(merged).encode(), "application/json")
                 elif path in ("/v2/health/ready", "/v2/health/live", "/tritonprep/gpus"):
                     state = health(backends.gpu_states())
                     if path == "/tritonprep/gpus":
@@ -167,17 +216,22 @@ def _handler(backends: Backends) -> type[BaseHTTPRequestHandler]:
                         ok = state["ready" if path.endswith("ready") else "live"]
                         self._send(200 if ok else 503, b"", "text/plain")
                 else:
-                    self._send(404, b"not found: the host endpoint serves /metrics, /v2/health/ready, "
-                               b"/v2/health/live and /tritonprep/gpus\n", "text/plain")  # fmt: skip
+                    known = b"/metrics, /v2/health/ready, /v2/health/live, /tritonprep/gpus, /v2/models/.../stats"
+                    self._send(404, b"not found: the host endpoint serves " + known + b"\n", "text/plain")
+            except (BrokenPipeError, ConnectionResetError):
+                return  # the client left
             except (OSError, urllib.error.URLError) as e:  # a server that went away while being read
                 self._send(503, f"{e}\n".encode(), "text/plain")
 
         def _send(self, code: int, body: bytes, kind: str) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            try:
+                self.send_response(code)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):  # the client gave up waiting: nothing to answer
+                log.debug("host endpoint: %s left before its answer", self.client_address)
 
         def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - http.server's name
             log.debug("host endpoint: " + format, *args)

@@ -24,6 +24,8 @@ or CPU host is one server on the ports as given, as before; ``--servers one`` ke
 
 from __future__ import annotations
 
+import http.client
+import json
 import logging
 import secrets
 import socket
@@ -38,7 +40,7 @@ from typing import Any, TypeVar
 from ..errors import ServerError
 from . import topology
 from .endpoints import Endpoints
-from .front import Front, GpuState, merge_metrics
+from .front import Front, GpuState, merge_metrics, merge_statistics
 from .options import ServerOptions
 from .process import EmbeddedServer
 from .protocol import Cleaned
@@ -272,14 +274,50 @@ class Host(Endpoints):
         return states
 
     def gpu_metrics(self) -> list[tuple[str, str | None]]:
-        """Each server's metrics text (None where it does not answer)."""
-        texts: list[tuple[str, str | None]] = []
-        for part in self.parts:
+        """Each server's metrics text (None where it does not answer), read from all of them at once."""
+
+        def read(part: Part) -> tuple[str, str | None]:
             try:
-                texts.append((part.gpu, part.server.metrics_text() if part.server.running else None))
+                return part.gpu, part.server.metrics_text() if part.server.running else None
             except OSError:
-                texts.append((part.gpu, None))
-        return texts
+                return part.gpu, None
+
+        return _each(self.parts, read)
+
+    def each_server(self, path: str, headers: dict[str, str], tries: int = 64) -> dict[str, tuple[int, bytes]]:
+        """``GET path`` from each server through the shared HTTP port: new connections until each server's id has
+        answered one (the kernel picks the server of a connection; ``GET /v2`` names it), that connection then asks.
+        ``{server id: (status, body)}``; a server that no connection reached in ``tries`` per server is missing."""
+        if not self.shared:
+            server = self.parts[0].server
+            return {server.options.server_id or "": server._get(path, headers=headers)}
+        wanted = {p.server.options.server_id for p in self.parts if p.server.running}
+        found: dict[str, tuple[int, bytes]] = {}
+        for _ in range(tries * len(wanted)):
+            if set(found) >= wanted:
+                break
+            conn = http.client.HTTPConnection(self.options.host, self.options.http_port, timeout=5)
+            try:
+                conn.request("GET", "/v2")
+                name = json.loads(conn.getresponse().read()).get("name", "")
+                if name in wanted and name not in found:
+                    conn.request("GET", path, headers=headers)
+                    answer = conn.getresponse()
+                    found[name] = (answer.status, answer.read())
+            except (OSError, http.client.HTTPException, ValueError):
+                continue  # a server going away: another connection
+            finally:
+                conn.close()
+        return found
+
+    def model_statistics(self, model: str = "") -> dict[str, Any]:
+        """Triton's statistics of ``model`` (every model for "") summed over every server (the admin header's
+        API); a ServerError if one refuses or cannot be reached."""
+        path = f"/v2/models/{model}/stats" if model else "/v2/models/stats"
+        answers = self.each_server(path, self.admin_headers)
+        if len(answers) < sum(p.server.running for p in self.parts) or any(c != 200 for c, _ in answers.values()):
+            raise ServerError(f"statistics of {model or 'every model'}: {[(k, c) for k, (c, _) in answers.items()]}")
+        return merge_statistics([json.loads(body) for _, body in answers.values()])
 
     def metrics_text(self, timeout: float = 2.0) -> str:
         """The host's metrics: with one server its own, else every server's labelled with its GPU."""

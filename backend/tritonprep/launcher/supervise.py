@@ -16,7 +16,9 @@ every request sent to a broken server until it is stopped fails, so a fault is a
 A sticky CUDA error under CUDA MPS is reported to every client of that GPU's MPS server (the other
 stubs on that GPU and tritonserver itself), and the MPS server then refuses new clients until all of
 them have exited, and answers no ``terminate_client`` for them. So the restart after one does not wait for a
-graceful stop (at most ``fault_grace_s``): the watchdog shuts that MPS server down at once (``shutdown_server
+graceful stop (``fault_grace_s``, 0: the server's listening sockets close at once, so that no request reaches the
+broken GPU's server meanwhile; on a multi-GPU host they go to the other GPUs): the watchdog shuts that MPS server
+down at once (``shutdown_server
 -f``, as CUDA's MPS documentation advises for GPU work that cannot end), kills the clients and quits the
 daemon; the new start gets a fresh daemon and MPS server with no poisoned client.
 
@@ -88,7 +90,7 @@ class Supervisor:
         poll_s: float = 0.1,
         ready_failures: int = 3,
         grace_s: float = 2.0,
-        fault_grace_s: float = 0.5,
+        fault_grace_s: float = 0.0,
         max_restarts: int = 5,
         window_s: float = 600.0,
         ready_timeout_s: float = 300.0,

@@ -346,19 +346,29 @@ class Watchdog:
                 log.info("MPS: ended the GPU work of clients %s before killing them", ended)
 
     def _stop(self, server: subprocess.Popen[bytes]) -> None:
-        log.info(
-            "stopping tritonserver pid %d (%s): SIGINT, SIGKILL after %g s",
-            server.pid,
-            self.stop_reason,
-            self.grace_s,
-        )
-        server.send_signal(signal.SIGINT)
+        at_once = self._mps_fault and self.grace_s <= 0
+        if at_once:  # its MPS clients are poisoned: no request on this GPU can finish, so nothing is waited for
+            log.info("stopping tritonserver pid %d (%s): its GPU work ends now, then SIGKILL", server.pid,
+                     self.stop_reason)  # fmt: skip
+        else:
+            log.info(
+                "stopping tritonserver pid %d (%s): SIGINT, SIGKILL after %g s",
+                server.pid,
+                self.stop_reason,
+                self.grace_s,
+            )
+            server.send_signal(signal.SIGINT)
         try:
+            if at_once:
+                raise subprocess.TimeoutExpired(server.args, 0)
             server.wait(self.grace_s)
         except subprocess.TimeoutExpired:
-            log.warning(
-                "tritonserver pid %d still runs after %.1f s: SIGKILL to its process group", server.pid, self.grace_s
-            )
+            if not at_once:
+                log.warning(
+                    "tritonserver pid %d still runs after %.1f s: SIGKILL to its process group",
+                    server.pid,
+                    self.grace_s,
+                )
             t0 = time.monotonic()
             self._end_gpu_work([server.pid, *proctable.children(server.pid)])
             if self._clients_ended:

@@ -19,7 +19,7 @@ from .summary import summary_lines
 CSV_KEYS = ["kind", "config", "setting", "mps", "budget", "size", "protocol", "images_per_request", "concurrency",
             "batch", "images_per_s", "latency_ms", "p50_ms", "p90_ms", "p99_ms", "server_queue_ms",
             "server_compute_ms", "composing", "server", "gpus", "gpu_util", "processes",
-            "client_cpu_cores"]  # fmt: skip
+            "client_cpu_cores", "host_cpu_cores"]  # fmt: skip
 
 
 def environment() -> list[str]:

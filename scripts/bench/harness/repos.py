@@ -151,6 +151,23 @@ def make_repo(
     return dest
 
 
+def open_copy(dest: Path) -> Path:
+    """The shipped repository (every model, the shipped instances and configs) with its queues opened up and their
+    timeouts off: what a capacity measurement serves (the shipped bounds would refuse part of the load)."""
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(
+        SOURCE, dest, symlinks=True, ignore=shutil.ignore_patterns("*.plan", "__pycache__", "ort-trt-cache")
+    )
+    for model_dir in sorted(p for p in dest.iterdir() if p.is_dir()):
+        decode_once.open_queues(model_dir)
+        for cfg in model_configs(model_dir):
+            if not cfg.is_symlink():
+                cfg.write_text(
+                    re.sub(r"default_timeout_microseconds: \d+", "default_timeout_microseconds: 0", cfg.read_text())
+                )
+    return dest
+
+
 def repo_counts(repo: Path) -> dict[str, int]:
     """The instance count of each model of a repository in the config a GPU server picks (``configs/gpu.pbtxt``
     where there is one, else ``config.pbtxt``)."""

@@ -88,11 +88,12 @@ class Run:
         perf_out: Path | None = None,
         processes: int = 1,
         env: dict[str, str] | None = None,
+        extra: list[str] | None = None,
     ) -> list[perf_sweep.Row]:
         """perf_analyzer at each (images per request, concurrency) against a served model (``processes`` of them
-        at once, the concurrency split between them; ``env``: theirs)."""
+        at once, the concurrency split between them; ``env``: theirs; ``extra``: more of its options)."""
         return perf_sweep.sweep(model, srv.urls, self.sets[size], list(protocols), batches, conc,
-                                interval or self.interval, perf_out or self.out / "perf",
+                                interval or self.interval, perf_out or self.out / "perf", extra=extra,
                                 admin_key=srv.admin_key, processes=processes, env=env)  # fmt: skip
 
     def sweep(

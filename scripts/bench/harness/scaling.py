@@ -70,7 +70,7 @@ def gpus_section(rows: list[dict], summary: dict[str, Any]) -> list[str]:
     counts = sorted({n for _, _, n in found})
     head = " | ".join(f"{n} GPU{'s' if n > 1 else ''}" for n in counts)
     lines = ["", "## GPU count (a tritonserver per GPU, shared ports, 500x375, gRPC)", "",
-             f"| model | img/req | {head} | client CPU cores | GPU utilization % |",
+             f"| model | img/req | {head} | client / host CPU cores | GPU utilization % |",
              f"|---|---|{'---|' * len(counts)}---|---|"]  # fmt: skip
     for model in ("classify", "classify_fused", "embed"):
         for batch in (8, 32, 1):
@@ -86,15 +86,15 @@ def gpus_section(rows: list[dict], summary: dict[str, Any]) -> list[str]:
                 else:
                     x = f" ({r['images_per_s'] / one['images_per_s']:.2f}x)" if one and one["images_per_s"] else ""
                     cells.append(f"{r['images_per_s']:,.0f}{x}")
-                cpu.append(f"{r.get('client_cpu_cores', 0):.1f}/{r.get('processes', 1)}")
+                cpu.append(f"{r.get('client_cpu_cores', 0):.1f}/{r.get('host_cpu_cores', 0):.1f}")
                 util.append(r.get("gpu_util") or "-")
             if any(c != "-" for c in cells):
                 conc = "c=1" if batch == 1 else f"c={64 if batch == 8 else 16} x N"
                 lines.append(f"| {model} | {batch} ({conc}) | {' | '.join(cells)} | {', '.join(cpu)} "
                              f"| {' ; '.join(util)} |")  # fmt: skip
-    lines += ["", "Client CPU cores: the perf_analyzer processes' CPU time over the measurement's wall time, / the "
-              "number of perf_analyzer processes (one per GPU's worth of concurrency). GPU utilization: nvidia-smi's "
-              "mean per GPU index during the measurement."]  # fmt: skip
+    lines += ["", "Client / host CPU cores: perf_analyzer's CPU time over the measurement's wall time / the host's "
+              "busy CPUs meanwhile (/proc/stat: every process, servers included). GPU utilization: nvidia-smi's mean "
+              "per GPU index during the measurement."]  # fmt: skip
     by_count = _servers(summary.get("servers", []))
     if by_count:
         lines += ["", "| GPUs | tritonservers | launch to ready | stop | exit code | cross-device copies logged |",

@@ -1,26 +1,27 @@
 """Phase ``gpus``: the GPU-count axis, 1 vs 2 vs 4 GPUs of the same host in one run.
 
 For each count N of ``--gpu-counts`` (default: 1, 2, 4, ... up to every GPU this machine shows), the shipped
-repository with the launcher's defaults on GPUs 0..N-1 (a tritonserver per GPU on shared ports: the launcher's
-default), then ``classify``, ``classify_fused`` and ``embed`` at 8 images/request and concurrency 64 x N, at 32
-and 16 x N, and at 1 image with concurrency 1. The load comes from N perf_analyzer processes (one GPU's worth of
-concurrency each: one process would itself be the limit at the higher counts), each concurrency slot on a
-connection of its own (``TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT=1``), so that the kernel spreads them over the
-servers. Each row records the load generator's CPU use (cores) and each GPU's mean utilization during the
-measurement (``nvidia-smi``, sampled every half second). The servers' records give the launch to ready and the
-stop per count. The report's "GPU count" section puts the counts side by side against the goals.
+repository (its queues opened up, their timeouts off: capacity is measured) with the launcher's defaults on GPUs
+0..N-1 (a tritonserver per GPU on shared ports: the launcher's default), then ``classify``, ``classify_fused``
+and ``embed`` at 8 images/request and concurrency 64 x N, at 32 and 16 x N, and at 1 image with concurrency 1.
+The load comes from one perf_analyzer with 16 threads, each concurrency slot on a connection of its own
+(``TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT=1``), so that the kernel spreads them over the servers. Each row
+records the load generator's CPU use (cores), the host's busy CPUs (every process) and each GPU's mean
+utilization during the measurement (``nvidia-smi``, sampled every half second). The servers' records give the
+launch to ready and the stop per count. The report's "GPU count" section puts the counts side by side against the goals.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 from ..gpu import smi_text
-from ..repos import SOURCE
+from ..repos import open_copy
 from ..run import Run
 from ..settings import Setting
 
@@ -30,6 +31,9 @@ log = logging.getLogger("harness")
 POINTS = [(m, n, c) for m in ("classify", "classify_fused", "embed") for n, c in ((8, 64), (32, 16), (1, 1))]
 #: each concurrency slot of perf_analyzer on a gRPC connection of its own (tritonclient shares one between 6)
 SPREAD_ENV = {"TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT": "1"}
+#: one perf_analyzer with threads enough for 4 GPUs' concurrency (its default is 4 threads): several processes
+#: would each measure windows of their own, not the same seconds
+PA_EXTRA = ["--max-threads", "16"]
 
 
 def default_counts(visible: int) -> list[int]:
@@ -52,9 +56,20 @@ def parse_counts(text: str, visible: int) -> list[int]:
     return counts
 
 
+def cpu_jiffies() -> tuple[int, int]:
+    """(busy, total) jiffies of every CPU of the host since boot (/proc/stat's first line); (0, 0) without it."""
+    try:
+        fields = [int(v) for v in open("/proc/stat").readline().split()[1:]]  # noqa: SIM115 - one line
+    except (OSError, ValueError):
+        return 0, 0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
 @dataclass
 class Utilization:
-    """Each GPU's utilization (%), sampled by ``nvidia-smi`` every ``period`` s in a thread; the means per GPU."""
+    """Each GPU's utilization (%), sampled by ``nvidia-smi`` every ``period`` s in a thread; the means per GPU; and
+    how many of the host's CPUs were busy meanwhile (/proc/stat)."""
 
     period: float = 0.5
     samples: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
@@ -62,6 +77,12 @@ class Utilization:
     def __post_init__(self) -> None:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="gpu-util")
+        self._cpu0 = self._cpu1 = (0, 0)
+
+    def host_cpu_cores(self) -> float:
+        """The host's busy CPUs (in cores) over the sampling: all processes, servers and load generator."""
+        busy, total = self._cpu1[0] - self._cpu0[0], self._cpu1[1] - self._cpu0[1]
+        return round(busy / total * (os.cpu_count() or 1), 1) if total > 0 else 0.0
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -76,12 +97,14 @@ class Utilization:
         return " ".join(f"{i}:{sum(v) / len(v):.0f}" for i, v in sorted(self.samples.items()) if v)
 
     def __enter__(self) -> Utilization:
+        self._cpu0 = cpu_jiffies()
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        self._cpu1 = cpu_jiffies()
 
 
 def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
@@ -90,21 +113,22 @@ def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
     from tritonprep.launcher.install import gpu_count
 
     visible = gpu_count()
+    repo = open_copy(run.work / "repo-gpus")
     for n in parse_counts(args.gpu_counts, visible) if visible else [1]:  # no GPU: the CPU host, once
         options = {"gpus": tuple(range(n))} if visible else {}
-        with run.serve(f"gpus-{n}", SOURCE, setting, options=options) as srv:
+        with run.serve(f"gpus-{n}", repo, setting, options=options) as srv:
             srv.record["loaded"] = True
             for model, batch, conc in POINTS:
                 concurrency = conc * n if conc > 1 else 1
                 with Utilization() as util:
-                    res = run.measure(srv, model, [batch], [concurrency], processes=n if conc > 1 else 1,
-                                      env=SPREAD_ENV)  # fmt: skip
+                    res = run.measure(srv, model, [batch], [concurrency], env=SPREAD_ENV, extra=PA_EXTRA)
                 for r in res:
                     row = {"kind": "gpus", "config": model, "size": "500x375", **srv.setting.row_fields(),
-                           "server": srv.tag, "gpus": n, "gpu_util": util.means(), **r.__dict__}  # fmt: skip
-                    log.info("gpus=%d %s b%d c%d: %.0f img/s p50 %.2f ms; client %.1f cores (%d perf_analyzer); "
+                           "server": srv.tag, "gpus": n, "gpu_util": util.means(),
+                           "host_cpu_cores": util.host_cpu_cores(), **r.__dict__}  # fmt: skip
+                    log.info("gpus=%d %s b%d c%d: %.0f img/s p50 %.2f ms; client %.1f cores, host %.1f of %d cores; "
                              "GPU util %s", n, model, batch, concurrency, r.images_per_s, r.p50_ms,
-                             r.client_cpu_cores, r.processes, row["gpu_util"])  # fmt: skip
+                             r.client_cpu_cores, row["host_cpu_cores"], os.cpu_count(), row["gpu_util"])  # fmt: skip
                     run.rows.append(row)
                 run.save()
             # the classifier logs its first input that arrived from another GPU (cross_device_copies): none, as
