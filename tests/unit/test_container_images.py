@@ -272,12 +272,41 @@ def test_engine_profiles_cover_max_batch_size():
 def test_with_cuda_pools_adds_one_pool_per_visible_gpu(tmp_path):
     for node in ("nvidia0", "nvidia1", "nvidia2", "nvidiactl", "nvidia-uvm", "nvidia-modeset"):
         (tmp_path / node).touch()
-    r = run_with_cuda_pools(["echo", "tritonserver", "--x=1"], tmp_path)
+    r = run_with_cuda_pools(["echo", "tritonserver", "--x=1"], tmp_path, TRITON_SERVERS="one")
     assert r.returncode == 0 and r.stdout.split() == ["tritonserver", "--x=1"] + [
         f"--cuda-memory-pool-byte-size={i}:{1024 << 20}" for i in range(3)
     ]
     r = run_with_cuda_pools(["echo"], tmp_path, CUDA_VISIBLE_DEVICES="2", TRITON_CUDA_POOL_MB="64")
     assert r.stdout.split() == [f"--cuda-memory-pool-byte-size=0:{64 << 20}"]
+
+
+def test_with_cuda_pools_runs_one_server_per_gpu_on_shared_ports(tmp_path):
+    """Several GPUs: one server each, seeing its GPU alone, on the shared ports, its metrics on the port + k; when
+    one exits, the others are stopped and the script exits with its code (the container's restart policy acts)."""
+    for node in ("nvidia0", "nvidia1", "nvidia2"):
+        (tmp_path / node).touch()
+    server = tmp_path / "server"
+    server.write_text(
+        '#!/bin/sh\necho "$CUDA_VISIBLE_DEVICES $*" >> "$OUT"\n'
+        'case " $* " in *" --id=tritonprep-gpu1 "*) sleep 1; exit 3 ;; esac\n'
+        "trap 'echo stopped >> \"$OUT\"; exit 0' TERM\nwhile :; do sleep 0.1; done\n"
+    )
+    server.chmod(0o755)
+    out = tmp_path / "out"
+    r = run_with_cuda_pools([str(server), "--metrics-port=8002", "--x=1"], tmp_path, CUDA_VISIBLE_DEVICES="5,6,7",
+                            OUT=str(out))  # fmt: skip
+    lines = sorted(out.read_text().splitlines())
+    assert r.returncode == 3 and "exited with code 3" in r.stderr, r.stderr
+    pool = f"--cuda-memory-pool-byte-size=0:{1024 << 20}"
+    shared = "--reuse-http-port=true --reuse-grpc-port=true"
+    age = "--grpc-max-connection-age=30000 --grpc-max-connection-age-grace=30000"
+    for k, gpu in enumerate("567"):
+        want = f"{gpu} --metrics-port={8002 + k} --x=1 {pool} {shared} --id=tritonprep-gpu{k} {age}"
+        assert want in lines, (want, lines)
+    assert lines.count("stopped") == 2  # the two others, stopped when GPU 1's exited
+    one = run_with_cuda_pools(["echo", "x"], tmp_path, TRITON_SERVERS="one")  # one server over every GPU
+    assert one.stdout.split() == ["x"] + [f"--cuda-memory-pool-byte-size={i}:{1024 << 20}" for i in range(3)]
+    assert run_with_cuda_pools(["echo"], tmp_path, TRITON_SERVERS="many").returncode == 2
 
 
 def test_with_cuda_pools_without_gpus_or_with_bad_input(tmp_path):
