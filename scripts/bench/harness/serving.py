@@ -2,8 +2,9 @@
 (total and per process, at ready and at peak, sampled throughout), the stop time, tritonserver's exit code
 and whether the watchdog had to kill anything.
 
-:func:`serve` starts a repository through the launcher (``Host``: a tritonserver per GPU) with a
-:class:`~.settings.Setting` (MPS, GPU memory budget) and appends one record per server to ``summary["servers"]``.
+:func:`serve` starts a repository through the launcher (``Host``; on a machine with several GPUs, GPU 0 alone
+unless the phase names its GPUs, as the ``gpus`` phase does) with a :class:`~.settings.Setting` (MPS, GPU memory
+budget) and appends one record per server to ``summary["servers"]``.
 """
 
 from __future__ import annotations
@@ -178,11 +179,14 @@ def serve(
     Raises ``tritonprep.errors.ServerError`` if it does not become ready.
     """
     from tritonprep.launcher.host import Host
+    from tritonprep.launcher.install import gpu_count
 
     name = f"{tag}{setting.suffix}"
     log_path = out / f"triton-{name}.log"
     offset = log_path.stat().st_size if log_path.is_file() else 0
     fields = {**(BENCH_OPTIONS if options is None else options), **setting.server_options()}
+    if "gpus" not in fields and gpu_count() > 1:  # a one-GPU figure on a multi-GPU machine (the gpus phase: all)
+        fields["gpus"] = (0,)
     if env:
         fields["env"] = tuple(env.items())
     server = Host(local_options(repo, **fields), log_path)  # a server per GPU of ``options["gpus"]`` (default: all)
