@@ -6,10 +6,10 @@ object per image instead. ``tritonprep embed PATH...`` sends them to the ``embed
 prints or saves each one's embedding (``--json``, or ``--npy OUT`` for one float32 array).
 Images travel up to ``--batch-size`` per request; ``--verbose`` adds how each image was decoded
 and transformed (the provenance outputs). ``tritonprep serve`` runs the embedded Triton server
-(needs the ``server`` extra). A failure that concerns one image is reported for that image and
-the others still get their answers; the exit code is 1 if anything failed. A request that failed because its
-server went away or was overloaded is sent again (``--retries``); the run ends with one line on stderr
-saying how many were, and why.
+(needs the ``server`` extra); ``tritonprep model add`` adds a network of your own to a model repository. A
+failure that concerns one image is reported for that image and the others still get their answers; the exit code
+is 1 if anything failed. A request that failed because its server went away or was overloaded is sent again
+(``--retries``); the run ends with one line on stderr saying how many were, and why.
 """
 
 from __future__ import annotations
@@ -193,7 +193,11 @@ def _output_names(client: Any, args: argparse.Namespace) -> list[str]:
     if classify:
         available = client.max_top_k()
         if args.top_k > available:
-            raise UsageError(f"--top-k {args.top_k}: the server returns at most {available} classes per image")
+            raise UsageError(
+                f"--top-k {args.top_k}: model {client.model!r} returns at most {available} classes per image; raise "
+                f"the limit with `tritonprep model add NAME --onnx FILE --top-k {args.top_k}` for a network you add, "
+                "or the dims of SCORES, CLASS_IDS and LABELS in its configs (docs/your-network.md#top-k)"
+            )
     names = client.output_names(predictions=classify, embedding=not classify, provenance=args.verbose)
     if client.model != args.model:  # classify through analyze: the classifier's input, not the embedder's
         names = [n for n in names if not n.startswith(EMBEDDER_INPUT)]
@@ -305,6 +309,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "serve", help="run the embedded Triton server (needs tritonprep[server]); see `tritonprep serve --help`"
     )
+    sub.add_parser(
+        "model",
+        help="add a network of your own to a model repository (needs tritonprep[server]); "
+        "see `tritonprep model add --help`",
+    )
     return parser
 
 
@@ -318,6 +327,13 @@ def run(argv: Sequence[str], out: TextIO = sys.stdout, err: TextIO = sys.stderr)
             err.write(f"tritonprep: error: the server is not installed here: pip install 'tritonprep[server]' ({e})\n")
             return 2
         return serve_main(argv[1:])
+    if argv[:1] == ["model"]:  # everything after `model` belongs to tritonprep.repository's parser
+        try:
+            from tritonprep.repository.cli import run as model_run
+        except ImportError as e:
+            err.write(f"tritonprep: error: adding a network needs the server: pip install 'tritonprep[server]' ({e})\n")
+            return 2
+        return model_run(argv[1:], out, err)
     args = build_parser().parse_args(argv)
     try:
         return images_command(args, out, err)

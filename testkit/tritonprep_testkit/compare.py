@@ -19,21 +19,23 @@ def mean_abs_diff(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)).mean())
 
 
-def reference_pixels(data: bytes) -> np.ndarray:
-    """Independent reference for the shipped preprocess config: written from torchvision's documented
-    semantics (Resize(256) on the shorter side, CenterCrop(224)) with Pillow + NumPy only, normalized
-    as (pixel - 127) / 128, CHW."""
+def reference_pixels(
+    data: bytes, shorter: int = 256, crop: int = 224, mean: float = 127.0, std: float = 128.0
+) -> np.ndarray:
+    """Independent reference for a shorter-side-crop output (the shipped config's: shorter side 256, crop 224):
+    written from torchvision's documented semantics (Resize(shorter) on the shorter side, CenterCrop(crop)) with
+    Pillow + NumPy only, bilinear, normalized as (pixel - mean) / std, CHW."""
     im = Image.open(io.BytesIO(data)).convert("RGB")
     w, h = im.size
     if w <= h:
-        size = (256, int(256 * h / w))
+        size = (shorter, int(shorter * h / w))
     else:
-        size = (int(256 * w / h), 256)
+        size = (int(shorter * w / h), shorter)
     im = im.resize(size, Image.Resampling.BILINEAR)
-    top = int(round((size[1] - 224) / 2.0))
-    left = int(round((size[0] - 224) / 2.0))
-    crop = np.asarray(im, dtype=np.float32)[top : top + 224, left : left + 224]
-    return ((crop - 127.0) / 128.0).transpose(2, 0, 1)
+    top = int(round((size[1] - crop) / 2.0))
+    left = int(round((size[0] - crop) / 2.0))
+    pixels = np.asarray(im, dtype=np.float32)[top : top + crop, left : left + crop]
+    return ((pixels - mean) / std).transpose(2, 0, 1)
 
 
 def ultralytics_letterbox(img: np.ndarray, new_shape: tuple[int, int] = (640, 640)) -> tuple[np.ndarray, float, tuple]:

@@ -94,9 +94,10 @@ def test_unreachable_server_is_one_line(image_dir):
 
 def test_usage_errors(server, image_dir):
     r = run_cli("classify", str(image_dir / "chelsea.jpg"), "--url", server.options.grpc_url, "--top-k", "50")
-    assert (
-        r.returncode == 2
-        and r.stderr.strip() == "tritonprep: error: --top-k 50: the server returns at most 5 classes per image"
+    assert r.returncode == 2 and r.stderr.strip() == (
+        "tritonprep: error: --top-k 50: model 'classify' returns at most 5 classes per image; raise the limit with "
+        "`tritonprep model add NAME --onnx FILE --top-k 50` for a network you add, or the dims of SCORES, CLASS_IDS "
+        "and LABELS in its configs (docs/your-network.md#top-k)"
     )
     r = run_cli("classify", str(image_dir), "--url", "ftp://x:1")
     assert r.returncode == 1 and "unsupported URL scheme 'ftp'" in r.stderr

@@ -167,7 +167,7 @@ def test_the_fused_buckets_follow_the_buckets_the_budget_chose(buckets, fused):
     apply(mf, Choice("classifier", 1, buckets, 1500, 2, (8, 64)))
     params = {k: v.string_value for k, v in mf.config.parameters.items()}
     assert params["fuse_conv_bias"] == fused and params["batch_buckets"] == ",".join(map(str, buckets))
-    runtime = {k: v for k, v in params.items() if k not in ("network_turns", "FORCE_CPU_ONLY_INPUT_TENSORS")}
+    runtime = {k: v for k, v in params.items() if k not in ("network_turns", "FORCE_CPU_ONLY_INPUT_TENSORS", "labels")}
     RuntimeOptions.from_parameters(runtime, 256)  # the served config loads
 
 
@@ -215,7 +215,10 @@ def test_the_models_take_the_value_the_launcher_serves(model, config):
         elif model == "classify_fused":
             prep, net = split_parameters(params)
             PreprocessConfig.from_parameters(prep, ["PIXELS"])
-            RuntimeOptions.from_parameters({k: v for k, v in net.items() if k != "model"}, parsed.max_batch_size)
+            RuntimeOptions.from_parameters(
+                {k: v for k, v in net.items() if k not in ("model", "labels")}, parsed.max_batch_size
+            )
         else:
-            params.pop(turns.PARAMETER, None)  # the classifier model reads it itself (ClassifierModel)
+            params.pop(turns.PARAMETER, None)  # the classifier model reads these itself (ClassifierModel)
+            params.pop("labels", None)
             RuntimeOptions.from_parameters(params, parsed.max_batch_size)

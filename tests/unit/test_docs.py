@@ -96,6 +96,13 @@ def tritonprep_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentPars
     return build_parser(), serve_parser()
 
 
+def model_parser() -> argparse.ArgumentParser:
+    """The parser of ``tritonprep model`` (the command hands everything after ``model`` to it)."""
+    from tritonprep.repository.cli import build_parser
+
+    return build_parser()
+
+
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
@@ -183,6 +190,8 @@ def command_problems(words: list[str]) -> list[str]:
         client, serve = tritonprep_parsers()
         if args[:1] == ["serve"]:
             return option_problems(serve, args[1:])
+        if args[:1] == ["model"]:
+            return option_problems(model_parser(), args[1:])
         return option_problems(client, args)
     # python -m MODULE ... | python SCRIPT.py ...
     if args[:1] == ["-m"] and len(args) > 1:
@@ -240,7 +249,20 @@ def test_a_planted_wrong_option_is_reported(tmp_path):
     assert command_problems(["python", "-m", "tritonprep.spec", "--json"])
     assert command_problems(["make", "tests"])
     assert command_problems(["perf_analyzer", "--no-such-flag"])
+    assert command_problems(["tritonprep", "model", "add", "x", "--onnx", "m.onnx", "--labels-file", "l.txt"])
+    assert command_problems(["tritonprep", "model", "remove", "x"])
     assert not command_problems(["tritonprep", "classify", "a.jpg", "--top-k", "3"])
+    assert not command_problems(["tritonprep", "model", "add", "x", "--onnx", "m.onnx", "--set", "layout=NHWC"])
+
+
+def test_the_guide_adds_a_classifier_and_an_embedder():
+    """docs/your-network.md shows `tritonprep model add` for both kinds, with preprocessing, labels and top-k."""
+    guide = [c.words for c in ALL_COMMANDS if c.where.page.name == "your-network.md"]
+    adds = [words for words in guide if words[1:3] == ("model", "add")]
+    kinds = {w[w.index("--kind") + 1] if "--kind" in w else "classifier" for w in adds}
+    assert kinds == {"classifier", "embedder"}, adds
+    used = {word for words in adds for word in words if word.startswith("--")}
+    assert {"--onnx", "--labels", "--top-k", "--set", "--repository", "--kind"} <= used, used
 
 
 #: where each command's options are documented
@@ -248,14 +270,16 @@ OPTION_PAGES = {
     "tritonprep classify": "client.md",
     "tritonprep embed": "client.md",
     "tritonprep serve": "deployment.md",
+    "tritonprep model add": "your-network.md",
 }
 
 
 def cli_options() -> list[tuple[str, str]]:
     """``(command, option)`` for every long option of ``tritonprep``'s subcommands."""
     client, serve = tritonprep_parsers()
-    parsers = {f"tritonprep {name}": p for name, p in _subcommands(client).items() if name != "serve"}
+    parsers = {f"tritonprep {name}": p for name, p in _subcommands(client).items() if name not in ("serve", "model")}
     parsers["tritonprep serve"] = serve
+    parsers.update((f"tritonprep model {name}", p) for name, p in _subcommands(model_parser()).items())
     return [
         (command, option)
         for command, parser in parsers.items()

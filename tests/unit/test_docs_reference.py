@@ -76,6 +76,7 @@ def first_code(cell: str) -> str:
 
 def code_parameters() -> dict[str, dict[str, str | None]]:
     """``{section of docs/configuration.md: {parameter: default or None}}`` from the code."""
+    from tritonprep.classifier import labels
     from tritonprep.classifier.runtimes import RUNTIME_PARAMETERS
     from tritonprep.pipeline.fused import DEFAULT_NETWORK, NETWORK_PREFIX
     from tritonprep.spec import PARAMETERS
@@ -84,7 +85,12 @@ def code_parameters() -> dict[str, dict[str, str | None]]:
     runtime = {p.name: p.default or None for p in RUNTIME_PARAMETERS}  # batch_buckets: empty, described in words
     return {
         "Preprocess": {p.name: p.default for p in PARAMETERS},
-        "Classifier and embedder": {**runtime, **PYTHON_BACKEND_PARAMETERS, turns.PARAMETER: turns.DEFAULT},
+        "Classifier and embedder": {
+            **runtime,
+            **PYTHON_BACKEND_PARAMETERS,
+            turns.PARAMETER: turns.DEFAULT,
+            labels.PARAMETER: None,  # none: the class index, described in words
+        },
         "classify_fused": {NETWORK_PREFIX + "model": DEFAULT_NETWORK},
         "Benchmark models": read_by_model_files(),
     }

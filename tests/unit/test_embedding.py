@@ -20,8 +20,10 @@ def test_vectors_normalised_in_half_precision_leave_at_unit_length():
     assert as_embeddings(np.zeros((1, 1280), np.float32), np.dtype(np.float16)).dtype == np.float16
 
 
-def test_the_config_decides_the_dtype():
+def test_the_config_decides_the_dtype_and_any_width_is_one_axis():
     config = {"output": [{"name": "embedding", "dims": [1280], "data_type": "TYPE_FP16"}]}
     assert embedding_dtype(config) == np.float16
-    with pytest.raises(ConfigError, match="dims"):
-        embedding_dtype({"output": [{"name": "embedding", "dims": [512], "data_type": "TYPE_FP16"}]})
+    assert embedding_dtype({"output": [{"name": "embedding", "dims": [512], "data_type": "TYPE_FP32"}]}) == np.float32
+    for dims in ([16, 32], [], [0]):
+        with pytest.raises(ConfigError, match="one axis"):
+            embedding_dtype({"output": [{"name": "embedding", "dims": dims, "data_type": "TYPE_FP16"}]})

@@ -34,6 +34,9 @@ ALLOWED = {
     "launcher": {"errors", "reports", "memory", "cache"},
     # the one wiring of the request/response layer to the networks (classify_fused, classifier, embedder)
     "pipeline": {"errors", "image_errors", "spec", "executors", "classifier", "triton", "memory"},
+    # `tritonprep model add`: a network's configs from typed objects; the spec (its preprocessing) and the
+    # classifier's names (labels, top-k outputs, ONNX Runtime to read the ONNX file)
+    "repository": {"errors", "spec", "classifier"},
 }
 
 

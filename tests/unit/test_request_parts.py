@@ -4,6 +4,8 @@ tests/e2e/test_isolation.py (its test model), test_faults.py and test_hostile.py
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -86,7 +88,10 @@ def test_split_rows_refuses_outputs_with_the_wrong_number_of_rows():
 
 
 def test_top_k_reads_k_from_the_output_dims_and_names_the_classes():
-    top = TopK.from_output_dims({"SCORES": [3], "CLASS_IDS": [3], "LABELS": [3], "OTHER": [7]})
+    from tritonprep.classifier.labels import read_labels
+
+    labels = read_labels("imagenet", Path("."))
+    top = TopK.from_output_dims({"SCORES": [3], "CLASS_IDS": [3], "LABELS": [3], "OTHER": [7]}, labels, 1000)
     logits = np.zeros((2, 1000), np.float32)
     logits[0, 285], logits[1, 967] = 10, 10
     scores, ids = top(logits)
@@ -95,7 +100,7 @@ def test_top_k_reads_k_from_the_output_dims_and_names_the_classes():
     out = top.outputs(scores, ids)
     assert list(out) == ["SCORES", "CLASS_IDS", "LABELS"] and out["LABELS"].shape == (2, 3)
     assert out["LABELS"].dtype == np.object_ and [row[0] for row in out["LABELS"]] == [b"Egyptian cat", b"espresso"]
-    assert out["LABELS"][1, 1] == top.labels[ids[1, 1]].encode()
+    assert out["LABELS"][1, 1] == top.labels.names[ids[1, 1]].encode()
 
 
 @pytest.mark.parametrize(

@@ -1,11 +1,12 @@
-"""The embedder: EfficientNet-Lite0's pooled features as unit vectors, FP32 or FP16.
+"""The embedder: a network's vectors (the shipped one: EfficientNet-Lite0's 1280 pooled features) at unit
+length, FP32 or FP16.
 
-The exported graph (``scripts/export_embedder.py``) already ends in L2 normalisation, but its FP16
+The shipped exported graph (``scripts/export_embedder.py``) already ends in L2 normalisation, but its FP16
 variant normalises in half precision (lengths off by up to ~3e-4, measured on the H100), so
 :func:`as_embeddings` divides by the length once more in FP32: every vector leaves with unit length. The
 model config's ``embedding`` output decides the dtype the vectors leave in (``TYPE_FP32`` or
-``TYPE_FP16``), so the config is the one place that says it. Cosine similarity of two
-embeddings is their dot product.
+``TYPE_FP16``) and their width (its dims ``[D]``), so the config is the one place that says it. Cosine
+similarity of two embeddings is their dot product.
 """
 
 from __future__ import annotations
@@ -20,19 +21,22 @@ from ..cuda import cuda_fault_guard, import_cupy
 from ..errors import ConfigError
 
 OUTPUT = "embedding"
+#: the width of the shipped embedder's vectors (EfficientNet-Lite0's pooled features)
 FEATURES = 1280
 DTYPES = {"TYPE_FP32": np.dtype(np.float32), "TYPE_FP16": np.dtype(np.float16)}
 
 
 def embedding_dtype(model_config: Mapping[str, Any]) -> np.dtype:
-    """The dtype of the ``embedding`` output that the model config declares (checked: FP32 or FP16, [1280])."""
+    """The dtype of the ``embedding`` output that the model config declares (checked: FP32 or FP16, dims ``[D]``)."""
     outputs = {o["name"]: o for o in model_config.get("output", [])}
     if OUTPUT not in outputs:
         raise ConfigError(f"the embedder config declares no output {OUTPUT!r} (outputs: {sorted(outputs)})")
     out = outputs[OUTPUT]
     dims = [int(d) for d in out.get("dims", [])]
-    if dims != [FEATURES]:
-        raise ConfigError(f"output {OUTPUT!r} has dims {dims}; EfficientNet-Lite0's pooled features are [{FEATURES}]")
+    if len(dims) != 1 or dims[0] < 1:
+        raise ConfigError(
+            f"output {OUTPUT!r} has dims {dims}; an embedding is one axis, [D] (the shipped embedder's: [{FEATURES}])"
+        )
     if out.get("data_type") not in DTYPES:
         raise ConfigError(f"output {OUTPUT!r} has data_type {out.get('data_type')}; use one of {', '.join(DTYPES)}")
     return DTYPES[out["data_type"]]

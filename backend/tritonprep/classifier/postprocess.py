@@ -1,34 +1,29 @@
-"""Logits to predictions: softmax, top-k and ImageNet-1k class names.
+"""Logits to predictions: softmax, top-k and the classes' names.
 
 :class:`TopK` is what the ``postprocess`` model, the ``classifier`` model and ``classify_fused`` answer:
 ``SCORES``, ``CLASS_IDS`` and ``LABELS``, ``k`` each per image, ``k`` read from the model config's output
-dims. It runs where the logits are: NumPy for host logits, CuPy on the GPU for a GPU runtime's (softmax
-and the selection stay on the device, one kernel; only the ``k`` scores and ids per image come to the host).
+dims (at most the network's classes), the names from the config's ``labels`` parameter (:mod:`.labels`:
+ImageNet's, a file's, or the class index). It runs where the logits are: NumPy for host logits, CuPy on the
+GPU for a GPU runtime's (softmax and the selection stay on the device, one kernel; only the ``k`` scores and
+ids per image come to the host).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from functools import lru_cache
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import ConfigError
+from .labels import PARAMETER as LABELS_PARAMETER
+from .labels import Labels, imagenet_labels, read_labels
+
+__all__ = ["OUTPUTS", "TopK", "imagenet_labels", "softmax", "top_k", "top_k_on_device"]
 
 #: the outputs of a top-k answer, each of dims ``[k]``
 OUTPUTS = ("SCORES", "CLASS_IDS", "LABELS")
-
-
-@lru_cache(maxsize=1)
-def imagenet_labels() -> tuple[str, ...]:
-    """The 1000 ImageNet-1k class names, index-aligned with the classifier's logits."""
-    text = resources.files("tritonprep").joinpath("data/imagenet_labels.txt").read_text(encoding="utf-8")
-    labels = tuple(line.strip() for line in text.splitlines() if line.strip())
-    if len(labels) != 1000:
-        raise ValueError(f"imagenet_labels.txt must hold 1000 names, found {len(labels)}")
-    return labels
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -73,19 +68,26 @@ def top_k_on_device(logits: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 class TopK:
-    """The ``k`` best ImageNet classes of each row of logits: probabilities, class ids and names."""
+    """The ``k`` best classes of each row of logits: probabilities, class ids and names (``labels``; without
+    names, a class's label is its index)."""
 
-    def __init__(self, k: int) -> None:
+    def __init__(self, k: int, labels: Labels | None = None) -> None:
         if k < 1:
             raise ConfigError(f"top-k needs k >= 1; the outputs {list(OUTPUTS)} have dims [{k}]")
         self.k = k
-        self.labels = imagenet_labels()
-        #: the names as UTF-8 bytes, indexed by class id (a BYTES output is gathered from it, no per-name work)
-        self.label_bytes = np.array([name.encode() for name in self.labels], dtype=np.object_)
+        self.labels = labels or Labels()
+        #: the names as UTF-8 bytes, indexed by class id (a BYTES output is gathered from it, no per-name work);
+        #: None: the labels are the class indices
+        self.label_bytes = (
+            None if self.labels.names is None else np.array(self.labels.encoded(range(len(self.labels.names))), object)
+        )
 
     @classmethod
-    def from_output_dims(cls, dims: Mapping[str, Sequence[int]]) -> TopK:
-        """The top-k a model config's outputs declare (``{name: dims}``): each of :data:`OUTPUTS`, dims ``[k]``."""
+    def from_output_dims(
+        cls, dims: Mapping[str, Sequence[int]], labels: Labels | None = None, classes: int | None = None
+    ) -> TopK:
+        """The top-k a model config's outputs declare (``{name: dims}``): each of :data:`OUTPUTS`, dims ``[k]``;
+        checked against the network's ``classes`` where the caller knows them (:meth:`check_classes`)."""
         missing = [name for name in OUTPUTS if name not in dims]
         if missing:
             raise ConfigError(f"the config declares no output {missing}; a top-k model answers {list(OUTPUTS)}")
@@ -93,7 +95,42 @@ class TopK:
         k = declared["SCORES"]
         if len(k) != 1 or any(d != k for d in declared.values()):
             raise ConfigError(f"SCORES, CLASS_IDS and LABELS must all have dims [k]; the config has {declared}")
-        return cls(int(k[0]))
+        top = cls(int(k[0]), labels)
+        if classes is not None:
+            top.check_classes(classes)
+        return top
+
+    @classmethod
+    def from_config(
+        cls,
+        config: Mapping[str, Any],
+        folder: Path,
+        *,
+        classes_of: str | None = None,
+        labels_key: str = LABELS_PARAMETER,
+    ) -> TopK:
+        """The top-k a model config (Triton's JSON, as a dict) declares: ``k`` from its outputs' dims, the names from
+        its ``labels_key`` parameter (a file read from ``folder``), checked against the classes of the input or
+        output ``classes_of`` (dims ``[classes]``) where given."""
+        tensors = [*config.get("input", []), *config.get("output", [])]
+        dims = {t["name"]: [int(d) for d in t.get("dims", [])] for t in tensors}
+        params = config.get("parameters") or {}
+        labels = read_labels((params.get(labels_key) or {}).get("string_value"), folder)
+        classes = None
+        if classes_of is not None:
+            if len(dims.get(classes_of, ())) != 1:
+                raise ConfigError(f"{classes_of!r} must be declared with dims [classes]; the config has {dims}")
+            classes = dims[classes_of][0]
+        return cls.from_output_dims(dims, labels, classes)
+
+    def check_classes(self, classes: int) -> None:
+        """:class:`ConfigError` unless ``k`` is at most the network's ``classes`` and the labels name each of them."""
+        if self.k > classes:
+            raise ConfigError(
+                f"top-k {self.k} is more than the network's {classes} classes; make the dims of "
+                f"{', '.join(OUTPUTS)} at most [{classes}]"
+            )
+        self.labels.check(classes)
 
     def __call__(self, logits: Any) -> tuple[np.ndarray, np.ndarray]:
         """Probabilities (float32) and class ids (int32) of the ``k`` best classes per row, best first, as host
@@ -106,4 +143,8 @@ class TopK:
     def outputs(self, scores: np.ndarray, ids: np.ndarray) -> dict[str, np.ndarray]:
         """``{output name: rows}`` of some rows of :meth:`__call__`'s result; ``LABELS`` as an object array of the
         names' UTF-8 bytes (what a BYTES tensor holds)."""
-        return {"SCORES": scores, "CLASS_IDS": ids, "LABELS": self.label_bytes[ids]}
+        if self.label_bytes is None:
+            names = np.array(self.labels.encoded(ids.ravel()), object).reshape(ids.shape)
+        else:
+            names = self.label_bytes[ids]
+        return {"SCORES": scores, "CLASS_IDS": ids, "LABELS": names}

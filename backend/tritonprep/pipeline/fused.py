@@ -24,7 +24,9 @@ Outputs are ``classify``'s: ``SCORES``, ``CLASS_IDS``, ``LABELS`` (``k`` = their
 Parameters: every preprocess parameter (see ``tritonprep.spec``) for the network's input, and the
 classifier's runtime options (``tritonprep.classifier.runtimes``) prefixed with ``network.``;
 ``network.model`` is the ONNX file, relative to the model repository (default
-``classifier/1/model.onnx``: the ``classifier`` model's own file, so the two serve one network).
+``classifier/1/model.onnx``: the ``classifier`` model's own file, so the two serve one network);
+``network.labels`` names the classes as the classifier's ``labels`` does (a file relative to the model
+repository, as ``network.model``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from ..classifier.labels import PARAMETER as LABELS_PARAMETER
 from ..classifier.postprocess import TopK
 from ..classifier.runtimes import RuntimeOptions, load_runtime
 from ..errors import ConfigError
@@ -43,10 +46,10 @@ from ..memory import CUDA_CONTEXT_MB, PARAMETER, instance_budget_mb
 from ..spec import PreprocessConfig
 from ..triton.health import report_loaded
 from ..triton.isolation import RequestIsolation, row_batched
-from ..triton.pb import model_config, output_dims, parameters
+from ..triton.pb import model_config, parameters
 from ..triton.preprocess import Preprocessed, PreprocessStage, RequestImages
 from ..triton.tensors import named_tensors
-from .networks import warm_top_k
+from .networks import network_classes, warm_top_k
 
 log = logging.getLogger(__name__)
 
@@ -80,11 +83,13 @@ class FusedClassifyModel:
     def __init__(self, args: Mapping[str, str], input_name: str = "IMAGE") -> None:
         config = model_config(args)
         prep_params, net_params = split_parameters(parameters(config))
-        self.top_k = TopK.from_output_dims(output_dims(config))
+        repository = Path(args["model_repository"]).parent
+        self.top_k = TopK.from_config(config, repository, labels_key=NETWORK_PREFIX + LABELS_PARAMETER)
+        net_params.pop(LABELS_PARAMETER, None)
         max_batch = int(config.get("max_batch_size", 0))
         if max_batch < 1:
             raise ConfigError("classify_fused needs max_batch_size >= 1 (images travel along the batch dim)")
-        network = Path(args["model_repository"]).parent / net_params.pop("model", DEFAULT_NETWORK)
+        network = repository / net_params.pop("model", DEFAULT_NETWORK)
         options = RuntimeOptions.from_parameters(net_params, max_batch)
         # one gpu_memory_mb for the instance: the preprocessing's share, and the network's arenas the rest
         budget = instance_budget_mb(prep_params.get(PARAMETER), options.batch_buckets)
@@ -113,6 +118,7 @@ class FusedClassifyModel:
                 shared_mb=prep_share,
                 meanwhile=self.prep.warm_up,
             )
+            self.top_k.check_classes(network_classes(self.runtime, spec.output_shape))
             warm_top_k(self.top_k, self.runtime, spec.output_shape)
         except BaseException:  # the caller never gets this instance: release its GPU here
             try:

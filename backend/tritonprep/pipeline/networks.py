@@ -8,9 +8,10 @@ its own (:class:`~tritonprep.triton.isolation.RequestIsolation`).
 * :class:`ClassifierModel` answers what each request asks for: ``logits``, and the top-k predictions
   ``SCORES``, ``CLASS_IDS`` and ``LABELS`` where its config declares them
   (:class:`~tritonprep.classifier.postprocess.TopK`, computed where the logits are: on the GPU for a GPU
-  runtime), so that the embedded ``classify`` and ``analyze`` ensembles need no postprocess step.
-* :class:`EmbedderModel` returns the unit vectors in the dtype its config's ``embedding`` output declares
-  (:mod:`tritonprep.classifier.embedding`).
+  runtime; the names from its ``labels`` parameter, :mod:`tritonprep.classifier.labels`), so that the embedded
+  ``classify`` and ``analyze`` ensembles need no postprocess step.
+* :class:`EmbedderModel` returns the unit vectors in the dtype and width its config's ``embedding`` output
+  declares (:mod:`tritonprep.classifier.embedding`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..classifier.embedding import OUTPUT, as_embeddings, embedding_dtype, onnx_file
+from ..classifier.labels import PARAMETER as LABELS_PARAMETER
 from ..classifier.postprocess import OUTPUTS as TOP_K_OUTPUTS
 from ..classifier.postprocess import TopK
 from ..classifier.runtimes import Runtime, RuntimeOptions, load_runtime
@@ -88,6 +90,11 @@ def warm_top_k(top_k: TopK | None, runtime: Runtime, input_dims: Sequence[int]) 
         runtime.timings["top_k_warm"] = time.perf_counter() - t0
 
 
+def network_classes(runtime: Runtime, input_dims: Sequence[int]) -> int:
+    """The width of the network's output (its classes): one image of zeros through it, at load."""
+    return int(runtime.infer(np.zeros((1, *input_dims), np.float32)).shape[-1])
+
+
 @dataclass(frozen=True)
 class NetworkInput:
     """A request's images and the outputs it asked for."""
@@ -105,11 +112,15 @@ class ClassifierModel:
     def __init__(self, args: Mapping[str, str]) -> None:
         config = model_config(args)
         dims = output_dims(config)
-        # the top-k outputs where the config declares them (k from their dims)
-        self.top_k = TopK.from_output_dims(dims) if any(name in dims for name in TOP_K_OUTPUTS) else None
-        onnx = Path(args["model_repository"]) / args["model_version"] / "model.onnx"
+        folder = Path(args["model_repository"])
+        # the top-k outputs where the config declares them (k from their dims, the names from its labels)
+        declared = any(name in dims for name in TOP_K_OUTPUTS)
+        self.top_k = TopK.from_config(config, folder, classes_of=LOGITS) if declared else None
+        onnx = folder / args["model_version"] / "model.onnx"
         self.turns = turns_for(args, parameters(config))  # the instances on one GPU take turns at the network
-        self.runtime = load_network(args, config, onnx, self.top_k, model_parameters=(TURNS_PARAMETER,))
+        self.runtime = load_network(
+            args, config, onnx, self.top_k, model_parameters=(TURNS_PARAMETER, LABELS_PARAMETER)
+        )
         self.offered = [name for name in dims if name == LOGITS or (self.top_k and name in TOP_K_OUTPUTS)]
         log.info(
             "classifier instance %s: runtime %s, outputs %s%s",

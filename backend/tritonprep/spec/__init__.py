@@ -38,7 +38,7 @@ from .outputs import (
     OutputSpec,
 )
 from .provenance import PROVENANCE, PROVENANCE_SUFFIXES, ProvenanceOutput, provenance_of, provenance_table
-from .table import PARAMETERS, PER_OUTPUT, PRESETS, RETIRED, parameter_table
+from .table import PARAMETERS, PER_OUTPUT, PRESETS, RETIRED, output_parameters, parameter_table
 
 __all__ = [
     "CHANNEL_ORDERS",
@@ -63,6 +63,7 @@ __all__ = [
     "OutputSpec",
     "PreprocessConfig",
     "ProvenanceOutput",
+    "output_parameters",
     "parameter_table",
     "provenance_of",
     "provenance_table",

@@ -238,6 +238,27 @@ def read_output(params: Mapping[str, str]) -> dict[str, Any]:
     return read_parts(with_preset(params))["output"]
 
 
+def _text(value: Any) -> str:
+    """A field's value as a parameter's text: ``224,224``, ``127``, ``58.395``, ``bilinear``."""
+    if isinstance(value, (tuple, list)):
+        return ",".join(_text(v) for v in value)
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else repr(value)
+    return str(value)
+
+
+def output_parameters(spec: Any) -> dict[str, str]:
+    """The per-output parameters (all but ``preset``) that describe ``spec`` (an OutputSpec), as their text: what
+    a config writes so that an output has exactly that preprocessing. ``OutputSpec.from_parameters`` reads them
+    back to an equal spec."""
+    out = {}
+    for p in PARAMETERS:
+        if p.name in PER_OUTPUT and p.targets:
+            values = [getattr(spec, target.partition(".")[2]) for target in p.targets]
+            out[p.name] = _text(values[0] if len(values) == 1 else values)
+    return out
+
+
 def parameter_table() -> str:
     """The parameters as a Markdown table (name, per output, default, meaning), as the docs show them."""
     return markdown_table(
