@@ -256,3 +256,16 @@ def test_the_tritonprep_command_hands_model_to_it(repository, tmp_path):
     with pytest.raises(SystemExit) as e:  # argparse: a usage error is exit code 2, as the other commands'
         tritonprep(["model", "add", "mine"], io.StringIO(), io.StringIO())
     assert e.value.code == 2
+
+
+def test_a_new_repository_starts_from_the_checkouts_or_the_packaged_one(tmp_path, monkeypatch):
+    from tritonprep.repository import paths
+
+    assert paths.shipped_repository() == ROOT / "model_repository"  # a checkout: its own
+    monkeypatch.setattr(paths, "_CHECKOUT", tmp_path / "site-packages")  # an installed wheel: no pyproject.toml
+    packaged = tmp_path / "site-packages" / "tritonprep" / "model_repository"
+    monkeypatch.setattr(paths, "PACKAGED_REPOSITORY", packaged)
+    with pytest.raises(ModelAddError, match="no shipped model repository to start a new one from"):
+        paths.shipped_repository()
+    packaged.mkdir(parents=True)
+    assert paths.shipped_repository() == packaged
