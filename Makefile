@@ -9,6 +9,8 @@
 #   make model   - export EfficientNet-Lite0 to model_repository/classifier/1/model.onnx and its pooled
 #                  features (the embedder) to model_repository/embedder/1/model.onnx, each with its
 #                  FP16 variant model.fp16.onnx beside it
+#   make wheel   - dist/tritonprep-*.whl: the library, the client and the model repository with those networks,
+#                  which serves by itself: pip install 'dist/tritonprep-*.whl[server,cpu]'; tritonprep serve
 PYTHON      ?= python3
 VENV        ?= .venv
 EXPORT_VENV ?= .venv-export
@@ -31,12 +33,13 @@ RUNTIME     := $(if $(filter none,$(GPU_BUILD)),cpu,gpu-$(GPU_BUILD))
 OTHER_ORT   := $(if $(filter cpu,$(RUNTIME)),onnxruntime-gpu,onnxruntime)
 INSTALLED   := $(VENV)/.installed-$(RUNTIME)
 
-.PHONY: setup model demo serve lint format test test-gpu test-compose clean
+.PHONY: setup model wheel demo serve lint format test test-gpu test-compose clean
 
-$(INSTALLED): pyproject.toml
+# the test kit (testkit/) is a distribution of its own, installed beside tritonprep in a checkout only
+$(INSTALLED): pyproject.toml testkit/pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip uninstall $(PIP_FLAGS) -y $(OTHER_ORT) 2>/dev/null || true
-	$(VENV)/bin/python -m pip install $(PIP_FLAGS) -e '.[server,$(RUNTIME),test]'
+	$(VENV)/bin/python -m pip install $(PIP_FLAGS) -e '.[server,$(RUNTIME),test]' -e ./testkit
 	rm -f $(VENV)/.installed $(VENV)/.installed-* && touch $@
 
 $(EXPORT_VENV)/.installed: pyproject.toml
@@ -55,6 +58,12 @@ $(EMBED_ONNX) $(EMBED_FP16) &: scripts/export_embedder.py scripts/onnx_export.py
 setup: $(INSTALLED)
 
 model: $(ONNX) $(ONNX_FP16) $(EMBED_ONNX) $(EMBED_FP16)
+
+# setup.py packs model_repository/ with the networks into the wheel (a clean build/: no deleted module comes along)
+wheel: setup model
+	rm -rf build dist/tritonprep-*.whl
+	$(VENV)/bin/python -m pip wheel $(PIP_FLAGS) --no-deps -w dist .
+	@ls -l dist/tritonprep-*.whl
 
 demo: setup model
 	$(VENV)/bin/python scripts/demo.py
@@ -82,6 +91,6 @@ test-compose: setup model
 	PYTHON=$(VENV)/bin/python bash tests/compose/run.sh
 
 clean:
-	rm -rf $(VENV) $(EXPORT_VENV) $(ONNX) $(ONNX).json $(ONNX_FP16) $(EMBED_ONNX) $(EMBED_ONNX).json $(EMBED_FP16)
+	rm -rf $(VENV) $(EXPORT_VENV) build dist $(ONNX) $(ONNX).json $(ONNX_FP16) $(EMBED_ONNX) $(EMBED_ONNX).json $(EMBED_FP16)
 	rm -rf model_repository/*/1/*.plan model_repository/*/1/*.plan.* model_repository/*/1/timing.cache* \
 		model_repository/*/1/ort-trt-cache

@@ -10,7 +10,9 @@ Both are kept here between starts (a fresh process then loads them):
 * ``cuda/``: the CUDA driver's compute cache (``CUDA_CACHE_PATH``, unless the environment already names one):
   GPU code the driver compiles at run time, cuDNN's fused convolutions (``fuse_conv_bias``) among it. Without it
   a network process's first runs took 13.0-13.4 s instead of 7.2 s on an H100, and the driver's default
-  (``~/.nv/ComputeCache``) is lost with a container's file system. The launcher sets it for tritonserver.
+  (``~/.nv/ComputeCache``) is lost with a container's file system. The launcher sets it for tritonserver;
+* ``tensorrt/<key>/``: the embedded TensorRT runtime's engines and timing cache for an ONNX file whose folder is
+  read-only (an installed wheel's model repository; :func:`tritonprep.classifier.tensorrt.engine_folder`).
 
 The folder is ``$TRITONPREP_CACHE_DIR`` if set (``off`` turns caching off), else
 ``$XDG_CACHE_HOME/tritonprep``, else ``~/.cache/tritonprep``. Entries are written beside their final

@@ -114,8 +114,8 @@ def test_paths_named_in_the_makefile_readme_and_docs_exist():
 
 def test_every_package_is_shipped():
     """pyproject finds the packages under its ``where`` folders (a hand-kept list once left out
-    tritonprep.pipeline); setuptools' search there finds every package of the tree. The wheel itself is
-    built and checked in test_packaging."""
+    tritonprep.pipeline); setuptools' search there finds every package of the tree but the test kit, which is
+    a distribution of its own (testkit/pyproject.toml). The wheel itself is built and checked in test_packaging."""
     from setuptools import find_packages
 
     text = (ROOT / "pyproject.toml").read_text()
@@ -125,7 +125,9 @@ def test_every_package_is_shipped():
     where = re.search(r"\[tool\.setuptools\.packages\.find\]\n(?:#[^\n]*\n)*where = \[(.*?)\]", text).group(1)
     found = {p for folder in re.findall(r'"([\w/]+)"', where) for p in find_packages(str(ROOT / folder))}
     expected = {"tritonprep", *(f"tritonprep.{p.parent.name}" for p in PACKAGE.glob("*/__init__.py"))}
-    assert expected | {"tritonprep_client", "tritonprep_testkit"} <= found
+    assert expected | {"tritonprep_client"} <= found and "tritonprep_testkit" not in found
+    testkit = (ROOT / "testkit" / "pyproject.toml").read_text()
+    assert 'name = "tritonprep-testkit"' in testkit and 'include = ["tritonprep_testkit*"]' in testkit
 
 
 def test_the_layer_table_in_the_docs_is_this_table():

@@ -2,20 +2,40 @@
 
 Used in the embedded mode where the ``tensorrt`` Python package is installed; the container serves
 the same network with Triton's own ``tensorrt_plan`` backend instead (``configs/tensorrt.pbtxt``).
+The engine and its timing cache are kept beside the ONNX file where its folder is writable (a checkout),
+else in the start-up cache (:func:`engine_folder`: an installed wheel's repository may be read-only).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .. import cache
 from ..cuda import cuda_fault_guard, import_cupy
 from ..errors import InferenceError, RuntimeUnavailable
 from .builders import PythonBuilder, import_tensorrt, platform_of
 from .engines import BuildOptions, build_or_reuse
 from .ort_cuda import copy_rows
+
+
+def engine_folder(onnx_path: Path) -> Path:
+    """Where the engines built from ``onnx_path`` and their timing cache go: its own folder where that is
+    writable, else ``<start-up cache>/tensorrt/<key of its path>/``; RuntimeUnavailable without either."""
+    if os.access(onnx_path.parent, os.W_OK):
+        return onnx_path.parent
+    root = cache.subfolder("tensorrt")
+    if root is None:
+        raise RuntimeUnavailable(
+            f"{onnx_path.parent} is read-only and there is no start-up cache for the TensorRT engine: "
+            f"set {cache.ENV} to a writable folder"
+        )
+    folder = root / cache.key_of(onnx_path.resolve())
+    folder.mkdir(exist_ok=True)
+    return folder
 
 
 class TensorRTRuntime:
@@ -40,7 +60,8 @@ class TensorRTRuntime:
             raise RuntimeUnavailable(f"GPU {device_id} is not usable: {e}") from None
         self.timings["imports"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        plan = onnx_path.with_name(f"{onnx_path.stem}.gpu{device_id}.plan")
+        folder = engine_folder(onnx_path)
+        plan = folder / f"{onnx_path.stem}.gpu{device_id}.plan"
         options = BuildOptions(input_dims, fp16=fp16, max_batch=max_batch, opt_batch=min(64, max_batch))
         builder = PythonBuilder()
         build_or_reuse(
@@ -50,7 +71,7 @@ class TensorRTRuntime:
             builder=builder,
             platform=platform_of(builder, device_id),
             device_id=device_id,
-            timing_cache=onnx_path.with_name("timing.cache"),
+            timing_cache=folder / "timing.cache",
         )
         self.timings["engine_build"] = time.perf_counter() - t0
         t0 = time.perf_counter()

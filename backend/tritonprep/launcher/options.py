@@ -8,9 +8,18 @@ from pathlib import Path
 from ..errors import ServerError
 from .budget import parse_budget
 
-_SOURCE_REPOSITORY = Path(__file__).resolve().parents[3] / "model_repository"
-#: the checkout's model_repository/ for a source install, else ./model_repository
-DEFAULT_REPOSITORY = _SOURCE_REPOSITORY if _SOURCE_REPOSITORY.is_dir() else Path("model_repository")
+_CHECKOUT = Path(__file__).resolve().parents[3]
+#: the model repository of a checkout (an editable install: ``make setup``)
+CHECKOUT_REPOSITORY = _CHECKOUT / "model_repository"
+#: the model repository a wheel carries (setup.py packs it), read-only in site-packages: nothing writes into it
+PACKAGED_REPOSITORY = Path(__file__).resolve().parents[1] / "model_repository"
+#: what ``tritonprep serve`` serves without ``--model-repository``: the checkout's when run from one, else the
+#: packaged one
+DEFAULT_REPOSITORY = (
+    CHECKOUT_REPOSITORY
+    if (_CHECKOUT / "pyproject.toml").is_file() and CHECKOUT_REPOSITORY.is_dir()
+    else PACKAGED_REPOSITORY
+)
 #: APIs that only clients with the admin header may use (Triton's --http-restricted-api names)
 RESTRICTED_APIS = ("model-repository", "model-config", "shared-memory", "statistics", "trace", "logging")
 ADMIN_HEADER = "triton-admin-key"
