@@ -78,3 +78,8 @@ class InferenceError(PreprocessError):
 
 class ServerError(PreprocessError):
     """The embedded Triton server could not be started, or stopped unexpectedly."""
+
+
+class StartRefused(ServerError):
+    """The embedded server was not started: something the user must fix first (a port in use, no model repository,
+    no network runtime, an option that cannot be served). ``tritonprep serve`` says it in one line and exits 2."""

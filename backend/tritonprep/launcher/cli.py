@@ -5,6 +5,10 @@ take the same arguments: an option this parser does not know is a usage error, a
 ``--`` goes to tritonserver as it is. A SIGINT or SIGTERM at any moment, start-up included, is a
 requested stop: the requests in flight finish (at most the exit timeout), tritonserver stops, and the
 exit code is 0.
+
+Exit codes: 0 a requested stop; 1 a server that started and failed (or kept failing); 2 nothing was started,
+said in one line: a usage error, an option that cannot be served, or a check of :mod:`.preflight` (a port in
+use, no model repository, no network runtime).
 """
 
 from __future__ import annotations
@@ -19,8 +23,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..errors import ServerError
-from . import logs
+from ..errors import ServerError, StartRefused
+from . import logs, preflight
 from .host import Host
 from .options import (
     ADMIN_HEADER,
@@ -259,12 +263,17 @@ def serve(args: argparse.Namespace, stopping: threading.Event | None = None) -> 
     requests in flight get Triton's exit timeout first. While they run, a
     :class:`~tritonprep.launcher.supervise.Supervisor` per server restarts it when a model stops serving (unless
     ``--no-supervise``); with one server per GPU, a GPU whose server keeps failing is given up while the others
-    serve on.
+    serve on. What cannot start (options, :mod:`.preflight`'s checks) raises
+    :class:`~tritonprep.errors.StartRefused` before any process does.
     """
     stopping = stopping or threading.Event()
     if stopping.is_set():
         return 0
-    host = Host(options_from_args(args), args.log_file)
+    try:
+        host = Host(options_from_args(args), args.log_file)
+    except ServerError as e:  # options that cannot be served: nothing has started
+        raise StartRefused(str(e)) from None
+    preflight.check(host)  # a StartRefused before anything starts
     try:
         host.start()
         try:
@@ -296,6 +305,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         return serve(args, stopping)
+    except StartRefused as e:
+        log.error("%s", e)
+        return 2
     except ServerError as e:
         log.error("%s", e)
         return 1
