@@ -16,8 +16,10 @@ The embedded server and the compose file restrict the model-config and statistic
 right ``-H`` header per protocol.
 
 Image files: ``python -m scripts.bench_images --size 500x375 --count 256 --out DIR``.
-Needs ``perf_analyzer`` on PATH (``pip install perf-analyzer``; manylinux_2_38, so a recent
-distribution or NVIDIA's ``tritonserver:<ver>-py3-sdk`` image).
+Needs ``perf_analyzer`` on PATH (``pip install perf-analyzer``; its wheels are manylinux_2_38, so glibc
+2.38 or later, or NVIDIA's ``tritonserver:<ver>-py3-sdk`` image). On an older glibc pip installs
+perf-analyzer 0.1.0 instead, a placeholder without the program: the sweep says so in one line
+(:func:`find_perf_analyzer`) and exits 2.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ from __future__ import annotations
 import argparse
 import base64
 import csv
+import importlib.metadata
 import json
 import logging
 import os
+import platform
 import resource
 import shutil
 import struct
@@ -42,6 +46,39 @@ from tritonprep.launcher.options import ADMIN_HEADER, ADMIN_KEY_ENV, GRPC_HEADER
 
 log = logging.getLogger("perf_sweep")
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
+#: where perf_analyzer comes from where pip cannot install it
+SDK_IMAGE = "nvcr.io/nvidia/tritonserver:<version>-py3-sdk"
+#: the oldest glibc that PyPI's perf-analyzer wheels run on (manylinux_2_38)
+PERF_ANALYZER_GLIBC = "2.38"
+
+
+class PerfAnalyzerUnavailable(RuntimeError):
+    """No perf_analyzer program to run; the message says how to get one."""
+
+
+def find_perf_analyzer(name: str = "perf_analyzer") -> str:
+    """The path of the perf_analyzer that ``name`` names (a path or a command on PATH).
+
+    :class:`PerfAnalyzerUnavailable` in one line where there is none: pip's placeholder (perf-analyzer 0.1.0, a
+    Python package without the program, which pip picks where the real wheels' glibc is newer than this
+    machine's) or nothing at all, with the ways to get the real one.
+    """
+    found = shutil.which(name)
+    if found is not None:
+        return found
+    glibc = platform.libc_ver()[1] or "unknown"
+    ways = (
+        f"use a machine with glibc >= {PERF_ANALYZER_GLIBC} (pip install perf-analyzer; this one has {glibc}), or "
+        f"NVIDIA's {SDK_IMAGE} image, or pass --perf-analyzer PATH"
+    )
+    try:
+        dist = importlib.metadata.distribution("perf-analyzer")
+    except importlib.metadata.PackageNotFoundError:
+        raise PerfAnalyzerUnavailable(f"no {name} on PATH: {ways}") from None
+    raise PerfAnalyzerUnavailable(
+        f"no {name} on PATH: the perf-analyzer {dist.version} that pip installed here is a placeholder without the "
+        f"program (PyPI's real wheels need glibc >= {PERF_ANALYZER_GLIBC}); {ways}"
+    )
 
 
 @dataclass
@@ -337,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", default="1,2,4,8,16,32,64", help="comma list")
     parser.add_argument("--measurement-interval", type=int, default=4000, help="ms per measurement window")
     parser.add_argument("--out", type=Path, default=Path("perf-results"))
-    parser.add_argument("--perf-analyzer", default=shutil.which("perf_analyzer") or "perf_analyzer")
+    parser.add_argument("--perf-analyzer", default="perf_analyzer", help="the program: a path or a command on PATH")
     parser.add_argument(
         "--admin-key-file",
         type=Path,
@@ -346,6 +383,11 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     admin_key = args.admin_key_file.read_text().strip() if args.admin_key_file else os.environ.get(ADMIN_KEY_ENV)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    try:
+        pa = find_perf_analyzer(args.perf_analyzer)
+    except PerfAnalyzerUnavailable as e:
+        log.error("%s", e)
+        return 2
     rows = sweep(
         args.model,
         {"grpc": args.grpc_url, "http": args.http_url},
@@ -355,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
         [int(c) for c in args.concurrency.split(",")],
         args.measurement_interval,
         args.out,
-        args.perf_analyzer,
+        pa,
         extra,
         admin_key,
     )

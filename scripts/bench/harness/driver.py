@@ -7,11 +7,11 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
 
+from scripts.perf_sweep import PerfAnalyzerUnavailable, find_perf_analyzer
 from tritonprep.errors import ServerError
 
 from .phases import PHASES
@@ -161,11 +161,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.config = parse_preprocess_config(args.config) if args.config else None
         if args.starts < 1:
             raise OptionError("--starts must be 1 or more")
-        if needs_perf_analyzer(args) and shutil.which("perf_analyzer") is None:
-            raise OptionError(
-                "perf_analyzer is not on PATH (pip install perf-analyzer, or NVIDIA's tritonserver SDK image); "
-                "without it only --skip servers (and phase startstop with --skip load) can run"
-            )
+        if needs_perf_analyzer(args):
+            try:
+                find_perf_analyzer()
+            except PerfAnalyzerUnavailable as e:
+                raise OptionError(
+                    f"{e}; without it only --skip servers (and phase startstop with --skip load) can run"
+                ) from None
     except OptionError as e:
         parser.error(str(e))
     return args
