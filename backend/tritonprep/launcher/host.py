@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..errors import ServerError
+from ..errors import ServerError, StartRefused
 from . import topology
 from .endpoints import Endpoints
 from .front import Front, GpuState, merge_metrics, merge_statistics
@@ -67,13 +67,13 @@ class Part:
 
 
 def check_ports(host: str, ports: Sequence[int]) -> None:
-    """A ServerError naming the first of ``ports`` on ``host`` that another process listens on.
+    """A StartRefused naming the first of ``ports`` on ``host`` that another process listens on.
 
     Triton's reuse-port flags would let a second host share a port with the first without a word; a test bind
     without SO_REUSEPORT (SO_REUSEADDR only, so a port in TIME_WAIT counts as free) finds any listener.
     """
     if len(set(ports)) != len(ports):
-        raise ServerError(f"the ports {list(ports)} must differ (HTTP, gRPC, metrics and each GPU's metrics)")
+        raise StartRefused(f"the ports {list(ports)} must differ (HTTP, gRPC, metrics and each GPU's metrics)")
     for port in ports:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         with socket.socket(family, socket.SOCK_STREAM) as s:
@@ -81,7 +81,7 @@ def check_ports(host: str, ports: Sequence[int]) -> None:
             try:
                 s.bind((host, port))
             except OSError as e:
-                raise ServerError(
+                raise StartRefused(
                     f"port {port} on {host} is in use ({e.strerror}): another tritonprep serve or Triton may hold "
                     "it; stop it, or choose free ports (--http-port, --grpc-port, --metrics-port)"
                 ) from None
@@ -133,6 +133,13 @@ class Host(Endpoints):
             )
         return tuple(ports[: self.topology.count])
 
+    def ports(self, front: bool = True) -> list[int]:
+        """The ports the host listens on: HTTP, gRPC, metrics (the host endpoint's with several servers; without
+        ``front``, left out then: it binds it itself) and each GPU's server's own metrics port."""
+        o = self.options
+        gpu_ports = self.gpu_metrics_ports() if self.shared else ()
+        return [o.http_port, o.grpc_port, *([o.metrics_port] * (front or not self.shared)), *gpu_ports]
+
     def _part_options(self, k: int, slot: topology.Slot) -> ServerOptions:
         if not self.shared:  # one server on the ports as given: --gpus as given (all of them for --servers one)
             return replace(self.options, admin_key=self.admin_key)
@@ -152,8 +159,7 @@ class Host(Endpoints):
         if any(p.server.watchdog is not None for p in self.parts):
             raise ServerError("server already started")
         o = self.options
-        check_ports(o.host, [o.http_port, o.grpc_port, *([o.metrics_port] * (not self.shared)),
-                             *(self.gpu_metrics_ports() if self.shared else ())])  # fmt: skip
+        check_ports(o.host, self.ports(front=False))
         self.started_at, self.ready_s = time.monotonic(), None
         if self.shared:
             self.front = Front(o.host, o.metrics_port, self)

@@ -54,12 +54,7 @@ def check(host: Host, find: Callable[[str], object | None] = importlib.util.find
     if networks and not runtime_installed(gpus > 0, find):
         names = ", ".join(m.model for m in networks)
         raise StartRefused(f"no network runtime for {names}: ONNX Runtime is not installed; {RUNTIME_EXTRAS}")
-    o = host.options
-    ports = [o.http_port, o.grpc_port, o.metrics_port, *(host.gpu_metrics_ports() if host.shared else ())]
-    try:
-        check_ports(o.host, ports)
-    except ServerError as e:
-        raise StartRefused(str(e)) from None
+    check_ports(host.options.host, host.ports())  # a StartRefused naming the port in use
 
 
 def repository_models(repository: Path, config: str | None) -> list[ModelFile]:
