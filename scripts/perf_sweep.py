@@ -32,7 +32,6 @@ import json
 import logging
 import os
 import platform
-import resource
 import shutil
 import struct
 import subprocess
@@ -182,7 +181,7 @@ def run_one(
     shares = [concurrency // processes + (k < concurrency % processes) for k in range(processes)]
     folders = [workdir / f"p{k}" for k in range(processes)]
     procs = []
-    usage0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
+    t0 = time.monotonic()
     for folder, share in zip(folders, shares):
         folder.mkdir(exist_ok=True)
         for old in folder.glob(f"*{name}"):
@@ -191,12 +190,21 @@ def run_one(
         # ensemble beside it as "<model>_v<version>.<name>"
         cmd = _command(pa, model, url, protocol, data_json, batch, share, interval_ms, name, extra)
         log.debug("%s", " ".join(cmd))
-        procs.append(subprocess.Popen(cmd, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                      env={**os.environ, **(env or {})}))  # fmt: skip
-    outputs = [p.communicate()[0] for p in procs]
+        log_file = open(folder / f"{name}.out", "w+")  # noqa: SIM115 - read and closed below
+        procs.append((subprocess.Popen(cmd, cwd=folder, stdout=log_file, stderr=subprocess.STDOUT,
+                                       env={**os.environ, **(env or {})}), log_file))  # fmt: skip
+    cpu_s = 0.0
+    outputs = []
+    for proc, log_file in procs:  # reaped here to read each one's own CPU time (not other children's)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        cpu_s += usage.ru_utime + usage.ru_stime
+        log_file.seek(0)
+        outputs.append(log_file.read())
+        log_file.close()
     wall = time.monotonic() - t0
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (usage.ru_utime - usage0.ru_utime + usage.ru_stime - usage0.ru_stime) / max(wall, 1e-9)
+    cpu = cpu_s / max(wall, 1e-9)
+    procs = [p for p, _ in procs]
     recs = []
     for proc, folder, output in zip(procs, folders, outputs):
         csv_path = folder / name
@@ -304,12 +312,15 @@ def sweep(
     admin_key: str | None = None,
     processes: int = 1,
     env: dict[str, str] | None = None,
+    stats_url: str | None = None,
 ) -> list[Row]:
     """Run the sweep; return the rows (also appended to ``out/perf.csv``).
 
     ``admin_key``: the value of the server's admin header, for its restricted statistics
     and model-config APIs. ``processes``: perf_analyzers per measurement (where one process cannot make the
-    load; each takes its share of the concurrency). ``env``: more variables for perf_analyzer.
+    load; each takes its share of the concurrency). ``env``: more variables for perf_analyzer. ``stats_url``:
+    where Triton's statistics API answers for the whole host (by default the HTTP URL; a host of several servers
+    answers for all of them on its metrics port, the host endpoint).
     """
     out.mkdir(parents=True, exist_ok=True)
     rows: list[Row] = []
@@ -319,7 +330,8 @@ def sweep(
         for protocol in protocols:
             for batch in batches:
                 for c in concurrencies:
-                    before = model_stats(urls["http"], admin_key) if "http" in urls else {}
+                    stats_at = stats_url or urls.get("http")
+                    before = model_stats(stats_at, admin_key) if stats_at else {}
                     row = run_one(
                         pa,
                         model,
@@ -335,7 +347,7 @@ def sweep(
                         env,
                     )
                     if row and before:
-                        row.executes = executes_summary(before, model_stats(urls["http"], admin_key), sorted(before))
+                        row.executes = executes_summary(before, model_stats(stats_at, admin_key), sorted(before))
                     if row:
                         rows.append(row)
                         log.info(

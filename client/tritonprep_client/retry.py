@@ -8,7 +8,8 @@ A request is sent again when it failed for a reason that says nothing about the 
   tritonservers share, the kernel spreads *connections* over them, so such a request goes again on a fresh
   connection, which reaches a live server.
 * ``instance failed``: the model instance that served it took itself out of service, or its stub died;
-  the server is restarting, so this one goes again on a fresh connection too.
+  the server is restarting, so this one goes again on a fresh connection too. A request whose batch took an
+  instance out of service twice is not sent a third time: it may be what breaks them.
 * ``overloaded``: Triton refused it ("Exceeds maximum queue size", a queue timeout); it goes again on the
   same connection, after the backoff.
 
@@ -78,7 +79,7 @@ def _status(error: BaseException) -> str:
 
 def retry_cause(error: BaseException) -> str | None:
     """Why ``error`` is worth sending the request again (one of :data:`CAUSES`), or None when it is not."""
-    if isinstance(error, (ClientError, TimeoutError, socket.gaierror)):
+    if isinstance(error, (ClientError, TimeoutError, socket.timeout, socket.gaierror)):
         return None  # our own verdicts; a client-side timeout (the server may still be on it); an unknown host
     text = error_text(error)
     if parse(text) is not None:
@@ -100,6 +101,12 @@ def retry_cause(error: BaseException) -> str | None:
     if isinstance(error, OSError) and status == "":
         return SERVER_GONE  # a socket error under the HTTP client: no connection
     return None
+
+
+def took_instance_down(error: BaseException) -> bool:
+    """Whether ``error`` says that the request was in the batch that took its instance out of service (as opposed
+    to reaching an instance that was already down)."""
+    return any(s in error_text(error).lower() for s in _INSTANCE_FAILED)
 
 
 def renews_connection(error: BaseException) -> bool:
@@ -222,9 +229,12 @@ class Retrier:
         self._lock = threading.Lock()
         self._closed = False
 
-    def _delay(self, error: BaseException, retry: int, start: float) -> tuple[str, float] | None:
+    def _delay(self, error: BaseException, retry: int, start: float, broke: int = 0) -> tuple[str, float] | None:
+        """The cause and wait of the next retry, or None. ``broke``: how often this request was already in a batch
+        that took its instance out of service; once is a retry, twice is the request's own doing (a request that
+        crashes every instance it reaches would otherwise take each GPU down in turn)."""
         cause = retry_cause(error)
-        if cause is None:
+        if cause is None or (broke and took_instance_down(error)):
             return None
         with self._rng_lock:
             delay = self.policy.next_delay(retry, self._clock() - start, self._rng)
@@ -239,16 +249,17 @@ class Retrier:
 
     def call(self, send: Callable[[], T]) -> T:
         """``send()``, again after each retryable failure while the policy allows; raises the last failure."""
-        start, retry = self._clock(), 0
+        start, retry, broke = self._clock(), 0, 0
         while True:
             try:
                 return send()
             except Exception as e:  # noqa: BLE001 - classified here; what is not retried is raised as it is
-                wait = self._delay(e, retry, start)
+                wait = self._delay(e, retry, start, broke)
                 if wait is None:
                     if retry:
                         raise self._final(e, retry, start) from e
                     raise
+                broke += took_instance_down(e)
             self._sleep(wait[1])
             retry += 1
 
@@ -256,13 +267,14 @@ class Retrier:
         """``send(callback)`` starts a request that ends in ``callback(result, error)``; each retryable failure
         starts it again after the backoff (on a timer thread), and ``done`` gets the final outcome."""
         start = self._clock()
-        retry = [0]
+        retry, broke = [0], [0]
 
         def finished(result: Any, error: BaseException | None) -> None:
             if error is not None:
-                wait = None if self._closed else self._delay(error, retry[0], start)
+                wait = None if self._closed else self._delay(error, retry[0], start, broke[0])
                 if wait is not None:
                     retry[0] += 1
+                    broke[0] += took_instance_down(error)
                     last = error
                     self._later(wait[1], attempt, lambda: done(None, self._final(last, retry[0], start)))
                     return

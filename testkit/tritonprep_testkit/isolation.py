@@ -86,6 +86,8 @@ def _rate(results: list[Result], t0: float, t1: float) -> float:
 
 def isolation(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     """Run the scenario (see the module's description); its figures."""
+    if args.load_seconds < WINDOW_S:
+        raise ValueError(f"--load-seconds {args.load_seconds}: at least {WINDOW_S:.0f} (the window after the fault)")
     photos = make_jpegs(500, 375, 64, seed=42)
     batches = [[photos[(i * args.batch + j) % len(photos)] for j in range(args.batch)] for i in range(len(photos))]
     log_path = workdir / "tritonserver.log"
@@ -102,6 +104,7 @@ def isolation(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                  for _ in range(args.processes)]  # fmt: skip
         for p in procs:
             p.start()
+        t_load = time.monotonic()
         time.sleep(args.warmup)
         trigger = connect_to(url, target)
         t_fault = time.monotonic()
@@ -126,7 +129,9 @@ def isolation(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         others = host.restarts - sup.restarts
         t_end = time.monotonic()
     results = [r for rs, _ in collected for r in rs]
-    before = _rate(results, t_fault - BEFORE_S, t_fault)
+    first_answer = min((r[1] for r in results), default=t_fault)
+    before_from = max(t_fault - BEFORE_S, first_answer, t_load)  # only seconds the load already ran
+    before = _rate(results, before_from, t_fault)
     after = _rate(results, t_fault, t_fault + WINDOW_S)
     failed = [r for r in results if r[2] != "ok"]
     in_flight = [r for r in results if r[0] <= t_fault < r[1] and r[3] == target]
@@ -141,6 +146,7 @@ def isolation(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         "load_cpu_cores": round(sum(cpu for _, cpu in collected) / (t_end - t_fault + args.warmup), 2),
         "trigger_request": answer.category,
         "images_per_s_before": before,
+        "before_window_s": round(t_fault - before_from, 2),
         "images_per_s_15s_after": after,
         "after_over_before": round(after / before, 3) if before else None,
         "failed_requests": len(failed),

@@ -102,7 +102,7 @@ class GrpcSender:
     Each sender's channel has its own connection (gRPC Python otherwise shares one between channels of the
     same target and settings), so on a multi-GPU host, whose servers share the port, the kernel gives each
     sender one of them. With ``track`` each outcome names the server its connection reached (``GET /v2``'s
-    name, asked again after a failure: a reset connection reconnects, maybe to another server).
+    name, asked before each request: a reset or aged connection reconnects, maybe to another server).
     """
 
     def __init__(self, url: str, track: bool = False) -> None:
@@ -135,10 +135,13 @@ class GrpcSender:
         return self._server
 
     def send(self, model: str, batch: list[bytes], kind: str, timeout_s: float) -> Outcome:
-        """Send ``batch`` as one request to ``model``; never raises for a server-side failure."""
+        """Send ``batch`` as one request to ``model``; never raises for a server-side failure. With ``track`` the
+        server is asked for before each request: a connection that aged out reconnects, maybe to another."""
         from tritonclient.utils import InferenceServerException
 
         inp = image_input(batch, self.m)
+        if self.track:
+            self._server = ""
         server = self.server() if self.track else ""
         start = time.monotonic()
         try:

@@ -163,6 +163,25 @@ def test_a_dead_server_costs_its_gpu_only_and_the_host_says_it_is_degraded(host,
     assert 'tritonprep_host_restarts_total{gpu="1"} 1' in get(f"{base}/metrics")[1].decode()
 
 
+def test_a_gpu_given_up_on_is_stopped_and_the_others_take_its_connections(fake_gpus, tmp_path):
+    """GPU 1's server fails with no restart allowed: its supervisor gives up and stops it, so it no longer takes a
+    share of the connections; the host says it is degraded and GPU 0 answers every new connection."""
+    if topology.detect().count < 2:
+        pytest.skip("one GPU here")
+    with running_host(tmp_path / "tritonserver.log", supervise=True, supervisor_kw={"max_restarts": 0}) as h:
+        base = f"http://{h.options.host}:{h.options.metrics_port}"
+        gone = h.servers[1]
+        os.kill(gone.pid, signal.SIGKILL)  # type: ignore[arg-type]
+        deadline = time.monotonic() + 30
+        while not (h.parts[1].supervisor.gave_up.is_set() and not gone.running) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        state = json.loads(get(f"{base}/tritonprep/gpus")[1])
+        assert [g["state"] for g in state["gpus"]] == ["ready", "failed"], state
+        assert (state["ready"], state["live"], state["degraded"]) == (False, True, True)
+        assert set(server_names(h.options.http_url, 24)) == {"tritonprep-gpu0"}
+        assert not h.gave_up  # the host serves on
+
+
 def test_a_second_host_on_the_same_ports_is_refused_at_once(host):
     """Triton's reuse-port flags would let another host share the ports without a word: the launcher checks first."""
     other = Host(host.options, None)

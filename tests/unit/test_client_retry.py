@@ -226,6 +226,26 @@ def test_a_call_gives_up_at_the_time_cap():
     assert sum(t.sleeps) <= 10.0 and 4 <= len(t.sleeps) < 100
 
 
+OUT_OF_SERVICE = "preprocess instance is out of service (CUDA error cudaErrorIllegalAddress on GPU 0 ...)"
+NOT_HEALTHY = (
+    "Failed to process the request(s) for model instance 'preprocess_0_0', message: Stub process is not healthy."
+)
+
+
+def test_a_request_that_broke_two_instances_is_not_sent_a_third_time():
+    """A request in a batch that took its instance down goes again once; if its next batch takes another instance
+    down too, it may be the cause, so it fails then (a request reaching an instance already down is not counted)."""
+    t = FakeTime()
+    retrier = Retrier(RetryPolicy(), clock=t.clock, sleep=t.sleep)
+    first, second = triton(OUT_OF_SERVICE), triton(OUT_OF_SERVICE + " again")
+    send, calls = failing([first, triton(NOT_HEALTHY), second, triton(OUT_OF_SERVICE)])
+    with pytest.raises(RetriesExhausted) as caught:
+        retrier.call(send)
+    assert len(calls) == 3 and caught.value.error is second and retrier.counts.by_cause() == {INSTANCE_FAILED: 2}
+    send, calls = failing([triton(NOT_HEALTHY)] * 3 + [triton(OUT_OF_SERVICE)])
+    assert retrier.call(send) == "ok" and len(calls) == 5  # instances already down: retried as long as allowed
+
+
 def test_no_retries_raises_the_first_error_as_it_is():
     t = FakeTime()
     retrier = Retrier(RetryPolicy(retries=0), clock=t.clock, sleep=t.sleep)

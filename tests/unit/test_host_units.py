@@ -118,6 +118,21 @@ def test_the_metrics_of_every_server_in_one_text_labelled_by_gpu():
     assert label_sample('x{a="b",} 1 1700000000', "3") == 'x{gpu="3",a="b"} 1 1700000000'
 
 
+def test_the_statistics_of_several_servers_add_up_per_batch_size():
+    from tritonprep.launcher.front import merge_statistics
+
+    def stats(n: int, size: int) -> dict:
+        return {"model_stats": [{"name": "classify", "version": "1", "last_inference": 10 * n, "inference_count": n,
+                "batch_stats": [{"batch_size": size, "compute_infer": {"count": n, "ns": 100 * n}}]}]}  # fmt: skip
+
+    [merged] = merge_statistics([stats(2, 8), stats(3, 8), stats(4, 64)])["model_stats"]
+    assert merged["inference_count"] == 9 and merged["last_inference"] == 40
+    assert merged["batch_stats"] == [
+        {"batch_size": 8, "compute_infer": {"count": 5, "ns": 500}},
+        {"batch_size": 64, "compute_infer": {"count": 4, "ns": 400}},
+    ]
+
+
 def test_the_hosts_health_and_gauges():
     def states(*names: str) -> list[GpuState]:
         return [GpuState(str(k), s, 100 + k, f"http://h:{9003 + k}/metrics", k) for k, s in enumerate(names)]

@@ -8,6 +8,7 @@ which of them a connection reaches, so its own readiness comes from its own metr
 
 from __future__ import annotations
 
+import http.client
 import json
 import threading
 import time
@@ -68,7 +69,7 @@ class Endpoints:
             if self.options.reuse_ports:
                 return self.running and set(self.model_names()) <= models_in(self.metrics_text())
             return self._get("/v2/health/ready")[0] == 200
-        except (urllib.error.URLError, OSError):
+        except (OSError, http.client.HTTPException, ValueError):  # URLError is an OSError; a body cut short
             return False
 
     def wait_ready(self, timeout_s: float = 300.0, cancel: threading.Event | None = None) -> None:

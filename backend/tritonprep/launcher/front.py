@@ -25,24 +25,25 @@ It reads the servers through :class:`Backends` (the host), so it knows nothing o
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import re
+import socket
 import threading
-import urllib.error
 from collections.abc import Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 
-from ..errors import ServerError
+from ..errors import StartRefused
 
 log = logging.getLogger(__name__)
 
 #: Triton's statistics API, which the host endpoint answers for every server at once
 _STATS = re.compile(r"^/v2/models(/[^/]+(/versions/[^/]+)?)?/stats$")
-#: request headers not passed on to the servers
-_HOP_HEADERS = {"host", "connection", "content-length", "accept-encoding"}
+#: the statistics of every server are read for at most this many clients at once (each may take seconds)
+_STATS_SLOTS = threading.BoundedSemaphore(2)
 #: a sample line of the Prometheus text format: name, optional {labels}, the rest (value and timestamp)
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S.*)$")
 _COMMENT = re.compile(r"^# (HELP|TYPE) ([a-zA-Z_:][a-zA-Z0-9_:]*)(?: (.*))?$")
@@ -71,6 +72,11 @@ class Backends(Protocol):
     def gpu_metrics(self) -> list[tuple[str, str | None]]: ...
 
     def each_server(self, path: str, headers: dict[str, str]) -> dict[str, tuple[int, bytes]]: ...
+
+    def running_ids(self) -> set[str]: ...
+
+    @property
+    def admin_header(self) -> str: ...
 
 
 def label_sample(line: str, gpu: str) -> str:
@@ -119,7 +125,7 @@ def merge_statistics(answers: Sequence[dict[str, Any]]) -> dict[str, Any]:
                 size = s.get("batch_size")
                 by_size[size] = add(by_size[size], s) if size in by_size else s
             return [by_size[k] for k in sorted(by_size, key=lambda v: int(v or 0))]
-        if key in ("name", "version"):
+        if key in ("name", "version", "batch_size"):
             return a
         if key == "last_inference":
             return max(int(a), int(b))
@@ -169,10 +175,11 @@ class Front:
 
     def __init__(self, host: str, port: int, backends: Backends) -> None:
         handler = _handler(backends)
+        server_class = _Server6 if ":" in host else ThreadingHTTPServer
         try:
-            self.httpd = ThreadingHTTPServer((host, port), handler)
+            self.httpd = server_class((host, port), handler)
         except OSError as e:
-            raise ServerError(
+            raise StartRefused(
                 f"cannot serve the host's metrics and health on {host}:{port}: {e.strerror} "
                 "(choose another --metrics-port)"
             ) from None
@@ -187,9 +194,16 @@ class Front:
         self._thread.join(5)
 
 
+class _Server6(ThreadingHTTPServer):
+    """The host endpoint on an IPv6 address."""
+
+    address_family = socket.AF_INET6
+
+
 def _handler(backends: Backends) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "tritonprep-host"
+        timeout = 10  # a client that connects and sends nothing does not hold a thread
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
             path = self.path.split("?")[0].rstrip("/")
@@ -199,15 +213,7 @@ def _handler(backends: Backends) -> type[BaseHTTPRequestHandler]:
                     body = merge_metrics(backends.gpu_metrics()) + host_gauges(states)
                     self._send(200, body.encode(), "text/plain; version=0.0.4; charset=utf-8")
                 elif _STATS.match(path):
-                    headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_HEADERS}
-                    answers = backends.each_server(self.path, headers)
-                    codes = {code for code, _ in answers.values()}
-                    if codes != {200}:  # refused (the admin header), or a server that did not answer: say so
-                        code = max(codes - {200}, default=503)
-                        self._send(code, next((b for c, b in answers.values() if c == code), b""), "application/json")
-                    else:
-                        merged = merge_statistics([json.loads(body) for _, body in answers.values()])
-                        self._send(200, json.dumps(merged).encode(), "application/json")
+                    self._statistics()
                 elif path in ("/v2/health/ready", "/v2/health/live", "/tritonprep/gpus"):
                     state = health(backends.gpu_states())
                     if path == "/tritonprep/gpus":
@@ -220,8 +226,32 @@ def _handler(backends: Backends) -> type[BaseHTTPRequestHandler]:
                     self._send(404, b"not found: the host endpoint serves " + known + b"\n", "text/plain")
             except (BrokenPipeError, ConnectionResetError):
                 return  # the client left
-            except (OSError, urllib.error.URLError) as e:  # a server that went away while being read
+            except (OSError, http.client.HTTPException, ValueError) as e:  # a server that went away while being read
                 self._send(503, f"{e}\n".encode(), "text/plain")
+
+        def _statistics(self) -> None:
+            """Every server's statistics added up; only the admin header is passed on (Triton checks it)."""
+            header = backends.admin_header
+            value = self.headers.get(header)
+            if not _STATS_SLOTS.acquire(blocking=False):
+                self._send(
+                    503, b"busy: the statistics of every server are being read for another client\n", "text/plain"
+                )
+                return
+            try:
+                answers = backends.each_server(self.path, {header: value} if value is not None else {})
+            finally:
+                _STATS_SLOTS.release()
+            missing = sorted(backends.running_ids() - set(answers))
+            codes = {code for code, _ in answers.values()}
+            if codes - {200}:  # refused (the admin header): the servers' own answer
+                code = max(codes - {200})
+                self._send(code, next((b for c, b in answers.values() if c == code), b""), "application/json")
+            elif missing or not answers:  # a sum without them would lie
+                self._send(503, f"no answer from {', '.join(missing) or 'any server'}\n".encode(), "text/plain")
+            else:
+                merged = merge_statistics([json.loads(body) for _, body in answers.values()])
+                self._send(200, json.dumps(merged).encode(), "application/json")
 
         def _send(self, code: int, body: bytes, kind: str) -> None:
             try:

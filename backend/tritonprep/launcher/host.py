@@ -80,6 +80,8 @@ def check_ports(host: str, ports: Sequence[int]) -> None:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind((host, port))
+            except OverflowError:
+                raise StartRefused(f"port {port} is not a TCP port (1-65535)") from None
             except OSError as e:
                 raise StartRefused(
                     f"port {port} on {host} is in use ({e.strerror}): another tritonprep serve or Triton may hold "
@@ -89,8 +91,8 @@ def check_ports(host: str, ports: Sequence[int]) -> None:
 
 def _each(parts: Sequence[Part], call: Callable[[Part], T]) -> list[T]:
     """``call`` on every part at once (one thread each); the results in the parts' order."""
-    if len(parts) == 1:
-        return [call(parts[0])]
+    if len(parts) <= 1:
+        return [call(p) for p in parts]
     with ThreadPoolExecutor(max_workers=len(parts), thread_name_prefix="tritonprep-host") as pool:
         return list(pool.map(call, parts))
 
@@ -161,24 +163,32 @@ class Host(Endpoints):
         o = self.options
         check_ports(o.host, self.ports(front=False))
         self.started_at, self.ready_s = time.monotonic(), None
+        for part in self.parts:
+            part.state = "starting"
         if self.shared:
             self.front = Front(o.host, o.metrics_port, self)
             log.info("%s; host endpoint http://%s:%d", self.topology.describe(), o.host, o.metrics_port)
 
-        def start(part: Part) -> ServerError | None:
+        def start(part: Part) -> BaseException | None:
             part.state = "starting"
             try:
                 part.server.start()
-            except ServerError as e:
+            except BaseException as e:  # noqa: BLE001 - every server's outcome first; the first failure is raised
                 part.state = "stopped"
                 return e
             return None
 
-        errors = [(p, e) for p, e in zip(self.parts, _each(self.parts, start)) if e is not None]
+        try:
+            errors = [(p, e) for p, e in zip(self.parts, _each(self.parts, start)) if e is not None]
+        except BaseException:
+            self.stop()
+            raise
         if errors:
             self.stop()
             part, error = errors[0]
-            raise ServerError(self._named(part, str(error))) from error
+            if not isinstance(error, ServerError):
+                raise error
+            raise type(error)(self._named(part, str(error))) from error
 
     def _named(self, part: Part, text: str) -> str:
         return f"GPU {part.gpu}: {text}" if self.shared else text
@@ -199,18 +209,22 @@ class Host(Endpoints):
     def stop(self, timeout_s: float | None = None) -> int | None:
         """Stop supervising, then stop every server at once (each as :meth:`EmbeddedServer.stop`); the first
         non-zero exit code, 0 when every server exited 0 (None if none ran)."""
-        self.unsupervise()
-        codes = _each(self.parts, lambda p: p.server.stop(timeout_s=timeout_s))
-        for part in self.parts:
-            part.state = "stopped"
-        if self.front is not None:
-            self.front.close()
-            self.front = None
+        try:
+            self.unsupervise()
+            codes = _each(self.parts, lambda p: p.server.stop(timeout_s=timeout_s))
+        finally:
+            for part in self.parts:
+                part.state = "stopped"
+            if self.front is not None:
+                self.front.close()
+                self.front = None
         return next((c for c in codes if c), None if all(c is None for c in codes) else 0)
 
     def drain(self, timeout_s: float) -> bool:
         """Every server's drain at once (:meth:`EmbeddedServer.drain`); True when all are quiet."""
-        return all(_each([p for p in self.parts if p.server.running], lambda p: p.server.drain(timeout_s)))
+        return all(
+            _each([p for p in self.parts if p.server.running], lambda p: p.server.drain(timeout_s))
+        )  # [] -> True
 
     # ------------------------------------------------------------------ supervision
     def supervise(self, on_event: Callable[[Event], None] | None = None, **supervisor_kw: Any) -> None:
@@ -238,10 +252,8 @@ class Host(Endpoints):
         return on_event
 
     def unsupervise(self) -> None:
-        """Stop every supervisor (the servers keep running)."""
-        for part in self.parts:
-            if part.supervisor is not None:
-                part.supervisor.stop()
+        """Stop every supervisor at once (a restart in progress ends first; the servers keep running)."""
+        _each([p for p in self.parts if p.supervisor is not None], lambda p: p.supervisor.stop())  # type: ignore[union-attr]
 
     @property
     def gave_up(self) -> bool:
@@ -268,16 +280,18 @@ class Host(Endpoints):
         return all(p.server.is_ready() for p in self.parts)
 
     def gpu_states(self) -> list[GpuState]:
-        """Each GPU's server as the host endpoint shows it."""
-        states = []
-        for part, port in zip(self.parts, self.gpu_metrics_ports()):
+        """Each GPU's server as the host endpoint shows it (every server asked at once)."""
+        ports = dict(zip((p.gpu for p in self.parts), self.gpu_metrics_ports()))
+
+        def state_of(part: Part) -> GpuState:
             state = part.state
             if state == "ready" and not part.server.is_ready():  # gone, and its supervisor has not seen it yet
                 state = "restarting" if part.supervisor is not None else "stopped"
-            url = f"http://{self.options.host}:{port}/metrics"
+            url = f"http://{self.options.host}:{ports[part.gpu]}/metrics"
             restarts = part.supervisor.restarts if part.supervisor is not None else 0
-            states.append(GpuState(part.gpu, state, part.server.pid, url, restarts))
-        return states
+            return GpuState(part.gpu, state, part.server.pid, url, restarts)
+
+        return _each(self.parts, state_of)
 
     def gpu_metrics(self) -> list[tuple[str, str | None]]:
         """Each server's metrics text (None where it does not answer), read from all of them at once."""
@@ -285,24 +299,38 @@ class Host(Endpoints):
         def read(part: Part) -> tuple[str, str | None]:
             try:
                 return part.gpu, part.server.metrics_text() if part.server.running else None
-            except OSError:
+            except (OSError, http.client.HTTPException, ValueError):  # gone, or cut short while stopping
                 return part.gpu, None
 
         return _each(self.parts, read)
 
-    def each_server(self, path: str, headers: dict[str, str], tries: int = 64) -> dict[str, tuple[int, bytes]]:
+    @property
+    def admin_header(self) -> str:
+        """The name of the header that opens the restricted APIs."""
+        return self.options.admin_header
+
+    def running_ids(self) -> set[str]:
+        """The ids (``tritonprep-gpu<k>``, GET /v2's name) of the servers that run now."""
+        return {p.server.options.server_id or "" for p in self.parts if p.server.running}
+
+    def each_server(
+        self, path: str, headers: dict[str, str], tries: int = 64, deadline_s: float = 10.0
+    ) -> dict[str, tuple[int, bytes]]:
         """``GET path`` from each server through the shared HTTP port: new connections until each server's id has
         answered one (the kernel picks the server of a connection; ``GET /v2`` names it), that connection then asks.
-        ``{server id: (status, body)}``; a server that no connection reached in ``tries`` per server is missing."""
+        ``{server id: (status, body)}``; a server that no connection reached in ``tries`` per server or within
+        ``deadline_s`` is missing."""
         if not self.shared:
             server = self.parts[0].server
             return {server.options.server_id or "": server._get(path, headers=headers)}
-        wanted = {p.server.options.server_id for p in self.parts if p.server.running}
+        wanted = self.running_ids()
         found: dict[str, tuple[int, bytes]] = {}
+        deadline = time.monotonic() + deadline_s
         for _ in range(tries * len(wanted)):
-            if set(found) >= wanted:
+            left = deadline - time.monotonic()
+            if set(found) >= wanted or left <= 0:
                 break
-            conn = http.client.HTTPConnection(self.options.host, self.options.http_port, timeout=5)
+            conn = http.client.HTTPConnection(self.options.host, self.options.http_port, timeout=min(5.0, left))
             try:
                 conn.request("GET", "/v2")
                 name = json.loads(conn.getresponse().read()).get("name", "")
@@ -320,8 +348,11 @@ class Host(Endpoints):
         """Triton's statistics of ``model`` (every model for "") summed over every server (the admin header's
         API); a ServerError if one refuses or cannot be reached."""
         path = f"/v2/models/{model}/stats" if model else "/v2/models/stats"
-        answers = self.each_server(path, self.admin_headers)
-        if len(answers) < sum(p.server.running for p in self.parts) or any(c != 200 for c, _ in answers.values()):
+        try:
+            answers = self.each_server(path, self.admin_headers)
+        except OSError as e:
+            raise ServerError(f"statistics of {model or 'every model'}: {e}") from e
+        if not self.running_ids() <= set(answers) or any(c != 200 for c, _ in answers.values()):
             raise ServerError(f"statistics of {model or 'every model'}: {[(k, c) for k, (c, _) in answers.items()]}")
         return merge_statistics([json.loads(body) for _, body in answers.values()])
 

@@ -10,9 +10,10 @@ memory, DCGM); no flag removes these.
 Where the launcher sees no GPU, or the server is one of several of a host (each labelled, ``gpu1``), the
 watchdog runs tritonserver's output through this filter::
 
-    python -m tritonprep.launcher.logfilter <region prefix> [--label gpu1]
+    python -m tritonprep.launcher.logfilter <region prefix> [--label gpu1] [--keep-cuda-probes]
 
-With a label, every line of the server's starts with ``[gpu1] ``, so the servers of a host can share a log.
+With a label, every line of the server's starts with ``[gpu1] ``, so the servers of a host can share a log. A
+server that sees a GPU is filtered with ``--keep-cuda-probes``: there those lines name a real CUDA problem.
 
 It copies every line from stdin to stdout, except those exact messages, and says once, at the first
 one, that it leaves them out (its own line, information level). Lines that could matter always pass:
@@ -43,13 +44,13 @@ def is_probe(line: bytes) -> bool:
     return any(p.match(line) for p in PROBES)
 
 
-def run(source: BinaryIO, sink: BinaryIO, label: str = "") -> int:
-    """Copy ``source`` to ``sink`` line by line without the probes' lines (each line after ``[label] `` where
-    a label is given); return how many were left out."""
+def run(source: BinaryIO, sink: BinaryIO, label: str = "", probes: bool = True) -> int:
+    """Copy ``source`` to ``sink`` line by line, without the probes' lines where ``probes`` (no GPU: they are
+    expected) and each line after ``[label] `` where a label is given; return how many were left out."""
     left_out = 0
     head = f"[{label}] ".encode() if label else b""
     for line in iter(source.readline, b""):
-        if is_probe(line):
+        if probes and is_probe(line):
             if not left_out:
                 stamp = time.strftime("%H:%M:%S")
                 sink.write(
@@ -65,13 +66,14 @@ def run(source: BinaryIO, sink: BinaryIO, label: str = "") -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m tritonprep.launcher.logfilter <region prefix> [--label L]``."""
+    """Entry point of ``python -m tritonprep.launcher.logfilter <region prefix> [--label L] [--keep-cuda-probes]``
+    (a server that sees a GPU keeps every line: there the probes' lines name a real CUDA problem)."""
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     args = sys.argv[1:] if argv is None else argv
     label = args[args.index("--label") + 1] if "--label" in args[:-1] else ""
     try:
-        run(sys.stdin.buffer, sys.stdout.buffer, label)
+        run(sys.stdin.buffer, sys.stdout.buffer, label, probes="--keep-cuda-probes" not in args)
     except BrokenPipeError:  # whoever reads our output is gone: keep reading, so that tritonserver never blocks
         for _ in iter(sys.stdin.buffer.readline, b""):
             pass

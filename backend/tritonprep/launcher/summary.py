@@ -143,10 +143,11 @@ def _host_summary(host: Host) -> str:
     server serves the same repository)."""
     ready = f" in {host.ready_s:.1f} s" if host.ready_s is not None else ""
     lines = [f"server ready{ready}: {host.topology.describe()}"]
-    devices = {g.index: g for g in gpu_info(visible_gpus(host.options.gpus))}
+    devices = gpu_info(visible_gpus(host.options.gpus))
     for state, part in zip(host.gpu_states(), host.parts):
         server = part.server
-        device = devices.get(part.slot.devices[0]) if part.slot.devices else None
+        entry = part.slot.devices[0] if part.slot.devices else None  # an index or a UUID (CUDA_VISIBLE_DEVICES)
+        device = next((g for g in devices if entry and (g.index == entry or g.uuid.startswith(entry))), None)
         name = f"{device.name}, {device.total_mb} MiB ({device.used_mb} MiB in use)" if device else "CPU server"
         mps = server.mps
         mps_text = f"CUDA MPS {'on' if mps and mps.enabled else 'off'}" + (

@@ -186,6 +186,14 @@ class Supervisor:
         return None
 
     def _loop(self) -> None:
+        try:
+            self._watch()
+        except Exception as e:  # noqa: BLE001 - a supervisor that dies silently would leave its server unwatched
+            log.exception("%s: stopped watching after an unexpected error", self.name)
+            self._event("gave-up", f"the supervisor failed: {type(e).__name__}: {e}")
+            self.gave_up.set()
+
+    def _watch(self) -> None:
         unready = 0
         next_ready_check = 0.0
         while not self._stop.wait(self.poll_s):
@@ -206,20 +214,23 @@ class Supervisor:
     def _restart(self, reason: str) -> bool:
         now = time.monotonic()
         self._restart_times = [t for t in self._restart_times if now - t < self.window_s] + [now]
-        if len(self._restart_times) > self.max_restarts:
-            self._event(
-                "gave-up", f"{len(self._restart_times) - 1} restarts within {self.window_s:.0f} s; last: {reason}"
-            )
-            self.gave_up.set()
-            return False
-        self._event("restarting", reason)
         poisoned = (
             self.fault is not None
             and self.fault.sticky_cuda
             and self.server.mps is not None
             and self.server.mps.enabled
         )
-        self.server.stop(timeout_s=self.fault_grace_s if poisoned else self.grace_s, retire=True, mps_fault=poisoned)
+        grace = self.fault_grace_s if poisoned else self.grace_s
+        if len(self._restart_times) > self.max_restarts:
+            self._event(
+                "gave-up", f"{len(self._restart_times) - 1} restarts within {self.window_s:.0f} s; last: {reason}"
+            )
+            # the failed server must not keep its share of the connections (the host's others serve on)
+            self.server.stop(timeout_s=grace, retire=True, mps_fault=poisoned)
+            self.gave_up.set()
+            return False
+        self._event("restarting", reason)
+        self.server.stop(timeout_s=grace, retire=True, mps_fault=poisoned)
         released = time.monotonic()
         for attempt in range(1, 4):
             try:

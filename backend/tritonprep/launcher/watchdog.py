@@ -191,6 +191,7 @@ class Watchdog:
                     "tritonprep.launcher.logfilter",
                     prefix,
                     *(["--label", self.label] * bool(self.label)),
+                    *(["--keep-cuda-probes"] * (not self.quiet_cuda_probes)),  # a GPU server: they are real errors
                 ],
                 stdin=read_fd,
                 start_new_session=True,  # it outlives a killed watchdog until tritonserver's output ends

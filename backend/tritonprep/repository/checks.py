@@ -214,7 +214,8 @@ def check_name(name: str, repository: Path, start_from: Path | None) -> list[str
     problems = [
         f"{m!r} is already a model of {repository}; pick another NAME or remove {repository / m}" for m in taken
     ]
-    outputs = {o.name for o in read_config(folder / "preprocess" / "config.pbtxt").output}
+    configs = [folder / "preprocess" / "config.pbtxt", *sorted((folder / "preprocess" / "configs").glob("*.pbtxt"))]
+    outputs = {o.name for cfg in configs if cfg.is_file() for o in read_config(cfg).output}  # every config it writes
     if probe.pixels in outputs:
         problems.append(
             f"preprocess already has an output {probe.pixels!r} in {repository}; pick another NAME, or remove that "

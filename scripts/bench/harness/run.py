@@ -94,7 +94,8 @@ class Run:
         at once, the concurrency split between them; ``env``: theirs; ``extra``: more of its options)."""
         return perf_sweep.sweep(model, srv.urls, self.sets[size], list(protocols), batches, conc,
                                 interval or self.interval, perf_out or self.out / "perf", extra=extra,
-                                admin_key=srv.admin_key, processes=processes, env=env)  # fmt: skip
+                                admin_key=srv.admin_key, processes=processes, env=env,
+                                stats_url=srv.stats_url)  # fmt: skip
 
     def sweep(
         self,

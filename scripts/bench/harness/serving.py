@@ -58,6 +58,12 @@ class Served:
         return {"grpc": o.grpc_url, "http": f"{o.host}:{o.http_port}"}
 
     @property
+    def stats_url(self) -> str:
+        """Where Triton's statistics API answers for every server (a host of several: its endpoint)."""
+        o = self.server.options
+        return f"{o.host}:{o.metrics_port}" if getattr(self.server, "shared", False) else f"{o.host}:{o.http_port}"
+
+    @property
     def admin_key(self) -> str:
         """The value of the admin header (statistics and model-config APIs, which perf_analyzer reads)."""
         return self.server.admin_key

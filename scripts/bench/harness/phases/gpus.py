@@ -4,8 +4,10 @@ For each count N of ``--gpu-counts`` (default: 1, 2, 4, ... up to every GPU this
 repository (its queues opened up, their timeouts off: capacity is measured) with the launcher's defaults on GPUs
 0..N-1 (a tritonserver per GPU on shared ports: the launcher's default), then ``classify``, ``classify_fused``
 and ``embed`` at 8 images/request and concurrency 64 x N, at 32 and 16 x N, and at 1 image with concurrency 1.
-The load comes from one perf_analyzer with 16 threads, each concurrency slot on a connection of its own
-(``TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT=1``), so that the kernel spreads them over the servers. Each row
+The load comes from one perf_analyzer process (several would each measure windows of their own, not the same
+seconds), each concurrency slot on a connection of its own (``TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT=1``), so
+that the kernel spreads them over the servers; the per-model statistics come from the host endpoint (every
+server's), perf_analyzer's own server columns from the one server its statistics connection reached. Each row
 records the load generator's CPU use (cores), the host's busy CPUs (every process) and each GPU's mean
 utilization during the measurement (``nvidia-smi``, sampled every half second). The servers' records give the
 launch to ready and the stop per count. The report's "GPU count" section puts the counts side by side against the goals.
@@ -31,9 +33,6 @@ log = logging.getLogger("harness")
 POINTS = [(m, n, c) for m in ("classify", "classify_fused", "embed") for n, c in ((8, 64), (32, 16), (1, 1))]
 #: each concurrency slot of perf_analyzer on a gRPC connection of its own (tritonclient shares one between 6)
 SPREAD_ENV = {"TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT": "1"}
-#: one perf_analyzer with threads enough for 4 GPUs' concurrency (its default is 4 threads): several processes
-#: would each measure windows of their own, not the same seconds
-PA_EXTRA = ["--max-threads", "16"]
 
 
 def default_counts(visible: int) -> list[int]:
@@ -121,7 +120,7 @@ def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
             for model, batch, conc in POINTS:
                 concurrency = conc * n if conc > 1 else 1
                 with Utilization() as util:
-                    res = run.measure(srv, model, [batch], [concurrency], env=SPREAD_ENV, extra=PA_EXTRA)
+                    res = run.measure(srv, model, [batch], [concurrency], env=SPREAD_ENV)
                 for r in res:
                     row = {"kind": "gpus", "config": model, "size": "500x375", **srv.setting.row_fields(),
                            "server": srv.tag, "gpus": n, "gpu_util": util.means(),
