@@ -12,6 +12,8 @@ its own (:class:`~tritonprep.triton.isolation.RequestIsolation`).
   ``classify`` and ``analyze`` ensembles need no postprocess step.
 * :class:`EmbedderModel` returns the unit vectors in the dtype and width its config's ``embedding`` output
   declares (:mod:`tritonprep.classifier.embedding`).
+* :class:`PostprocessModel` is the top-k step after a network that answers logits only (the container's
+  TensorRT plan): the same :class:`~tritonprep.classifier.postprocess.TopK`.
 """
 
 from __future__ import annotations
@@ -34,7 +36,15 @@ from ..triton.health import report_loaded
 from ..triton.isolation import RequestIsolation, row_batched
 from ..triton.pb import model_config, output_dims, parameters
 from ..triton.profiling import PhaseTimer
-from ..triton.tensors import input_array, named_tensors, output_tensor, placement, requested_outputs, to_numpy
+from ..triton.tensors import (
+    concat,
+    input_array,
+    named_tensors,
+    output_tensor,
+    placement,
+    requested_outputs,
+    to_numpy,
+)
 from ..triton.turns import PARAMETER as TURNS_PARAMETER
 from ..triton.turns import turns_for
 
@@ -203,3 +213,29 @@ class EmbedderModel:
     def close(self) -> None:
         """The sessions, their CUDA graphs and buffers, in order (not at interpreter exit)."""
         self.runtime.close()
+
+
+class PostprocessModel:
+    """One instance of a classifier's top-k step (``postprocess``; in the container it follows the TensorRT
+    network, which answers logits): ``LOGITS`` to ``SCORES``, ``CLASS_IDS`` and ``LABELS``."""
+
+    def __init__(self, args: Mapping[str, str]) -> None:
+        config = model_config(args)
+        self.top_k = TopK.from_config(config, Path(args["model_repository"]), classes_of="LOGITS")
+        self.requests = RequestIsolation(args["model_name"], self.read, [row_batched(self.run)], self.respond)
+
+    def execute(self, requests: Sequence[Any]) -> list[Any]:
+        """One response per request, whatever happens."""
+        return self.requests.execute(requests)
+
+    def read(self, request: Any) -> Any:
+        return to_numpy(input_array(request, "LOGITS"))
+
+    def run(self, logits: Sequence[Any]) -> Any:
+        return self.top_k(concat(logits))
+
+    def respond(self, rows: Sequence[Any]) -> list[Any]:
+        return named_tensors(self.top_k.outputs(*rows))
+
+    def close(self) -> None:
+        """Nothing to release: the top-k holds no device state of its own."""
