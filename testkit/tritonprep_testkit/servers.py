@@ -3,8 +3,11 @@ and the resident memory of a process."""
 
 from __future__ import annotations
 
+import signal
 import socket
+import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -67,6 +70,37 @@ def serve_command(log_file: Path | str, *extra: str, repository: Path | None = N
 
 #: GPU metrics ports that local_options() reserves: enough for a host of up to this many GPUs
 MAX_GPUS = 8
+
+
+@dataclass(frozen=True)
+class ServeRun:
+    """What a `tritonprep serve` run printed until it stopped, its exit code, and how long its stop took."""
+
+    text: str
+    code: int
+    stop_s: float
+
+
+def serve_until_ready_then_stop(argv: list[str], ready_timeout_s: float = 180, stop_timeout_s: float = 60) -> ServeRun:
+    """Run `tritonprep serve` (``argv``), read its log until it says it is ready (its ``try: `` hint) or ends, send
+    SIGTERM, and wait for its exit; killed on the way out whatever happens."""
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    lines: list[str] = []
+    try:
+        deadline = time.monotonic() + ready_timeout_s
+        while time.monotonic() < deadline:
+            line = proc.stderr.readline()  # type: ignore[union-attr]
+            lines.append(line)
+            if "try: " in line or (not line and proc.poll() is not None):
+                break
+        start = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=stop_timeout_s)
+        stop_s = time.monotonic() - start
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return ServeRun("".join(lines) + proc.stderr.read(), code, stop_s)  # type: ignore[union-attr]
 
 
 def local_options(repository: Path = MODEL_REPOSITORY, **kw: object) -> ServerOptions:

@@ -10,7 +10,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 import threading
 import time
 import urllib.error
@@ -25,7 +24,7 @@ from tritonprep.launcher import topology
 from tritonprep.launcher.host import Host
 from tritonprep_client import ClassifyClient
 from tritonprep_testkit.faults import OUTAGE_ANSWERS, break_and_recover, quick_settings
-from tritonprep_testkit.servers import running_host, serve_command
+from tritonprep_testkit.servers import running_host, serve_command, serve_until_ready_then_stop
 
 pytestmark = pytest.mark.e2e
 
@@ -213,23 +212,8 @@ def test_serve_with_two_gpus_logs_each_and_stops_both_at_once(fake_gpus, tmp_pat
     SIGTERM stops both servers with exit code 0 and nothing left to kill."""
     log_file = tmp_path / "serve.log"
     cmd = serve_command(log_file, "--gpu-metrics-port", str(free_port_pair()))
-    proc = subprocess.Popen(cmd.argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-    lines: list[str] = []
-    try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            line = proc.stderr.readline()  # type: ignore[union-attr]
-            lines.append(line)
-            if "try: " in line or (not line and proc.poll() is not None):
-                break
-        start = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        code = proc.wait(timeout=60)
-        stop_s = time.monotonic() - start
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    text = "".join(lines) + proc.stderr.read()  # type: ignore[union-attr]
+    run = serve_until_ready_then_stop(cmd.argv)
+    text, code, stop_s = run.text, run.code, run.stop_s
     assert "2 tritonservers, one per GPU (fake GPUs: CPU servers), on shared HTTP and gRPC ports" in text, text
     for gpu in ("0", "1"):
         assert re.search(rf"GPU {gpu}: CPU server; tritonserver pid \d+, CUDA MPS off", text), text

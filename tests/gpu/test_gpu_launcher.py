@@ -13,7 +13,6 @@ import importlib.util
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -28,7 +27,13 @@ from tritonprep.launcher.host import Host
 from tritonprep.launcher.served import demand_of, read_models
 from tritonprep.launcher.supervise import stub_processes
 from tritonprep_testkit.leftovers import mps_of_host
-from tritonprep_testkit.servers import MODEL_REPOSITORY, local_options, running_host, serve_command
+from tritonprep_testkit.servers import (
+    MODEL_REPOSITORY,
+    local_options,
+    running_host,
+    serve_command,
+    serve_until_ready_then_stop,
+)
 
 #: a stop with nothing in flight takes at most this long, plus UNLOAD_S per instance beyond the first of the
 #: model with the most instances (Triton 2.51's Python backend finalizes a model's instances one after
@@ -114,23 +119,8 @@ def test_serve_on_the_gpu_logs_its_summary_and_stops_cleanly(gpu_server_kit, tmp
     names each GPU, MPS and the budget; SIGTERM with nothing in flight stops it within stop_bound() (one GPU's:
     the servers stop at once) with exit code 0 and nothing left to kill; the log has no warning or error line."""
     log_file = tmp_path / "serve.log"
-    proc = subprocess.Popen(serve_command(log_file).argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-    lines = []
-    try:
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            line = proc.stderr.readline()  # type: ignore[union-attr]
-            lines.append(line)
-            if "try: " in line or (not line and proc.poll() is not None):
-                break
-        start = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        code = proc.wait(timeout=120)
-        stop_s = time.monotonic() - start
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    text = "".join(lines) + proc.stderr.read()  # type: ignore[union-attr]
+    run = serve_until_ready_then_stop(serve_command(log_file).argv, ready_timeout_s=600, stop_timeout_s=120)
+    text, code, stop_s = run.text, run.code, run.stop_s
     found = [line for line in (log_file.read_text() + text).splitlines() if PROBLEM.search(line)]
     bound = stop_bound() * (1.2 if topology.count > 1 else 1)  # several GPUs: at most 1.2x one GPU's (issue 35)
     sys.stdout.write(f"{text}\nstop with nothing in flight: {stop_s:.2f} s (bound {bound:.1f} s)\n")
