@@ -1,7 +1,9 @@
-"""What the two ONNX exports share (`scripts.export_classifier`, `scripts.export_embedder`).
+"""What the ONNX exports share (`scripts.export_classifier`, `scripts.export_embedder`,
+`scripts.export_efficientnet_lite`).
 
 The photos they check the export on, the up-to-date test, the export itself run once through
-ONNX Runtime, the record written beside the ONNX file, and the command line. Not a command of
+ONNX Runtime, a classifier's checks (against PyTorch, the sample photos' classes, its FP16 variant),
+the record written beside the ONNX file, and the command line. Not a command of
 its own: the export scripts import it (they run in the export venv, which has torch).
 """
 
@@ -21,6 +23,8 @@ log = logging.getLogger("onnx_export")
 
 #: normalisation of the networks' input: (pixel - 127) / 128, the TF EfficientNet-Lite convention
 MEAN, STD = 127.0, 128.0
+#: the ImageNet classes of the first two sample photos (chelsea: a cat; coffee: an espresso)
+CATS, ESPRESSO = (281, 282, 285), 967
 
 
 def sha256(path: Path) -> str:
@@ -79,6 +83,44 @@ def export_and_run(model: Any, x: np.ndarray, onnx_path: Path, output_name: str,
     )
     session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
     return session.run([output_name], {"input": x})[0]
+
+
+def checked_classifier_export(model: Any, x: np.ndarray, onnx_path: Path, opset: int) -> tuple[np.ndarray, float]:
+    """Export an ImageNet classifier (output ``logits``) to ``onnx_path`` and run it on ``x``, the sample photos:
+    its logits and the largest logit difference from PyTorch's. SystemExit where ONNX Runtime and PyTorch
+    disagree, or where the first two photos are not a cat and an espresso."""
+    import torch
+
+    with torch.no_grad():
+        expected = model(torch.from_numpy(x)).numpy()
+    got = export_and_run(model, x, onnx_path, "logits", opset)
+    diff = float(np.abs(got - expected).max())
+    top1 = got.argmax(axis=1).tolist()
+    log.info("ONNX Runtime vs PyTorch: max |logit diff| = %.2e, top-1 = %s", diff, top1)
+    if diff > 1e-3 or top1 != expected.argmax(axis=1).tolist():
+        raise SystemExit(f"exported model disagrees with PyTorch (max diff {diff}); not installed")
+    if top1[0] not in CATS or top1[1] != ESPRESSO:
+        raise SystemExit(f"sanity check failed: chelsea/coffee classified as {top1}, expected a cat and espresso")
+    return got, diff
+
+
+def classifier_fp16(fp32_path: Path, fp16_file: Path, x: np.ndarray, fp32_logits: np.ndarray) -> float:
+    """Write a classifier's FP16 variant (FP32 input and output) and check it against the FP32 model on ``x``.
+
+    Returns the largest difference of softmax probabilities; raises SystemExit if the top-1 differs or a
+    probability moves by more than 0.01.
+    """
+    got = convert_fp16(fp32_path, fp16_file, x, "logits")
+
+    def softmax(z: np.ndarray) -> np.ndarray:
+        e = np.exp(z - z.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+
+    diff = float(np.abs(softmax(got) - softmax(fp32_logits)).max())
+    log.info("FP16 variant vs FP32: max |prob diff| = %.2e, top-1 = %s", diff, got.argmax(axis=1).tolist())
+    if got.argmax(axis=1).tolist() != fp32_logits.argmax(axis=1).tolist() or diff > 0.01:
+        raise SystemExit(f"the FP16 variant disagrees with FP32 (max prob diff {diff}); not installed")
+    return diff
 
 
 def fp16_path(output: Path) -> Path:
