@@ -84,3 +84,10 @@ def photo_variants(count: int, photos: dict[str, np.ndarray] | None = None) -> d
         name, quality = names[i % len(names)], 95 - i // len(names)
         out[f"{name}-q{quality}.jpg"] = encode(photos[name], "JPEG", quality=max(quality, 5))
     return out
+
+
+def write_photo_folder(folder: Path, count: int, photos: dict[str, np.ndarray] | None = None) -> Path:
+    """Write :func:`photo_variants` into ``folder`` (a client's folder of images) and return it."""
+    for name, data in photo_variants(count, photos).items():
+        (folder / name).write_bytes(data)
+    return folder

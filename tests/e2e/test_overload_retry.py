@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tritonprep_testkit.photos import photo_variants
+from tritonprep_testkit.photos import write_photo_folder
 from tritonprep_testkit.servers import CLI, MODEL_REPOSITORY, running_server
 
 pytestmark = pytest.mark.e2e
@@ -51,10 +51,7 @@ def busy_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory, photos: dict[str, np.ndarray]) -> Path:
-    d = tmp_path_factory.mktemp("photos")
-    for name, data in photo_variants(IMAGES, photos).items():
-        (d / name).write_bytes(data)
-    return d
+    return write_photo_folder(tmp_path_factory.mktemp("photos"), IMAGES, photos)
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ import pytest
 
 from tritonprep_client import ClassifyClient
 from tritonprep_client.client import OUTPUTS
-from tritonprep_testkit.photos import photo_variants
+from tritonprep_testkit.photos import write_photo_folder
 from tritonprep_testkit.servers import CLI
 from tritonprep_testkit.shared_ports import SharedPortServers
 
@@ -38,10 +38,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedPortServers
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory, photos: dict[str, np.ndarray]) -> Path:
     """48 JPEGs of the four photos (different qualities)."""
-    d = tmp_path_factory.mktemp("photos")
-    for name, data in photo_variants(IMAGES, photos).items():
-        (d / name).write_bytes(data)
-    return d
+    return write_photo_folder(tmp_path_factory.mktemp("photos"), IMAGES, photos)
 
 
 @pytest.fixture(scope="module")
