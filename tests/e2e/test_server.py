@@ -144,6 +144,7 @@ def test_a_healthy_start_and_stop_logs_no_warning_a_summary_and_stops_at_once(tm
     summary = text[text.index("tritonprep: server ready in") :]
     assert "GPUs: none (every instance runs on the CPU)" in summary and "CUDA MPS: off (no GPU)" in summary
     assert "GPU memory budget: not applied (no GPU)" in summary
+    assert "admission: queues as configured (no GPU: no CUDA pool between steps)" in summary
     assert re.search(r"^\s+model\s+kind\s+instances\s+runtime\s+buckets\s+GPU memory$", summary, re.M), summary
     assert re.search(r"^\s+classify\s+ensemble\s", summary, re.M), summary
     assert re.search(r"^\s+classifier\s+CPU\s+1\s+onnxruntime-cpu\s", summary, re.M), summary

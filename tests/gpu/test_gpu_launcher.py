@@ -134,6 +134,7 @@ def test_serve_on_the_gpu_logs_its_summary_and_stops_cleanly(gpu_server_kit, tmp
             pattern = rf"GPU {slot.gpus[0]}: .+, \d+ MiB \(\d+ MiB in use\); tritonserver pid \d+, CUDA MPS on, metrics"
             assert re.search(pattern, text), (pattern, text)
     assert re.search(r"GPU memory budget \d+ MiB per GPU: \d+ MiB planned", text), text
+    assert re.search(r"admission: CUDA pool \d+ MiB per GPU holds \d+ images between steps .+ classifier \d+", text)
     assert re.search(r"^\s+preprocess\s+GPU\s+4\s", text, re.M), text  # instances per GPU
     assert code == 0 and stop_s <= bound, (code, stop_s)
     assert re.search(r"tritonserver stopped \(exit code 0\) after [\d.]+ s; nothing left to kill", text), text

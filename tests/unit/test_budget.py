@@ -131,10 +131,11 @@ def read(path: Path) -> model_config_pb2.ModelConfig:
 def test_the_served_copy_rewrites_the_chosen_configs_and_links_the_rest(tmp_path):
     repo = gpu_repository(tmp_path)
     (repo / "classifier" / "1" / "model.onnx").write_bytes(b"onnx")
-    served, chosen = serve_copy(repo, tmp_path / "served", "gpu", 12000, FIXED)
+    served, chosen, _ = serve_copy(repo, tmp_path / "served", "gpu", 12000, FIXED, 1024)
+    assert chosen is not None
     assert sorted(p.name for p in served.iterdir()) == sorted(p.name for p in repo.iterdir())
-    for model in ("classify", "postprocess"):  # not budgeted: linked as they are
-        assert (served / model).is_symlink() and (served / model).resolve() == repo / model
+    # neither budgeted nor limited by the admission: linked as it is
+    assert (served / "postprocess").is_symlink() and (served / "postprocess").resolve() == repo / "postprocess"
     pre = served / "preprocess"
     assert not pre.is_symlink() and (pre / "1").is_symlink() and (pre / "config.pbtxt").is_symlink()
     assert not (pre / "configs" / "gpu.pbtxt").is_symlink()
@@ -151,6 +152,7 @@ def test_the_served_copy_rewrites_the_chosen_configs_and_links_the_rest(tmp_path
     assert embedder.parameters["gpu_memory_mb"].string_value == "2400"
     original = read(repo / "preprocess" / "configs" / "gpu.pbtxt")
     original.instance_group[0].count = 3
+    original.max_batch_size = 64  # the admission's: requests of at most max_images_per_request
     assert config == original  # nothing else changed
     assert (pre / "configs" / "gpu.pbtxt").read_text().startswith("# Served by tritonprep's launcher")
     assert chosen.used_mb <= 12000
@@ -173,7 +175,7 @@ def test_the_fused_buckets_follow_the_buckets_the_budget_chose(buckets, fused):
 
 def test_a_budget_that_cannot_fit_refuses_before_anything_is_written(tmp_path):
     with pytest.raises(ServerError, match="cannot hold one instance of each GPU model"):
-        serve_copy(gpu_repository(tmp_path), tmp_path / "served", "gpu", 4000, FIXED)
+        serve_copy(gpu_repository(tmp_path), tmp_path / "served", "gpu", 4000, FIXED, 1024)
     assert not (tmp_path / "served").exists()
 
 

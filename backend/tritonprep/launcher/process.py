@@ -44,6 +44,7 @@ from pathlib import Path
 from .. import cache, reports
 from ..errors import ServerError
 from . import install, mps
+from .admission import Admission
 from .budget import TRITON_MB, auto_budget_mb, parse_budget
 from .budget import Plan as BudgetPlan
 from .command import GPU_CONFIG_NAME, config_name, tritonserver_args
@@ -82,6 +83,8 @@ class EmbeddedServer(Endpoints):
         self.cleanup: Cleaned | None = None
         #: the GPU memory budget's plan of the last start (None where no budget applied)
         self.plan: BudgetPlan | None = None
+        #: the admission's queue limits of the last start (None where the repository is served as it is)
+        self.admission: Admission | None = None
         #: time.monotonic() of the last start, and seconds from it until ready
         self.started_at: float | None = None
         self.ready_s: float | None = None
@@ -146,19 +149,28 @@ class EmbeddedServer(Endpoints):
         return self.options.mps
 
     def _served_repository(self, gpu_ids: list[str]) -> Path:
-        """The repository to serve: the options' own, or where a GPU memory budget applies its served copy."""
-        o, self.plan = self.options, None
+        """The repository to serve: on GPUs, the served copy with the budget's choices and the admission's limits
+        (:mod:`.served`); else the options' own."""
+        o, self.plan, self.admission = self.options, None, None
         budget = parse_budget(o.gpu_memory_budget)
         gpus = install.gpu_info(gpu_ids)
-        if budget == "off" or not gpus or self._workdir is None:
-            return o.model_repository  # no GPU (or nvidia-smi cannot tell): the budget does nothing
-        budget_mb = budget if isinstance(budget, int) else min(auto_budget_mb(g.total_mb) for g in gpus)
-        repository, self.plan = serve_copy(
+        if not gpus or self._workdir is None:
+            return o.model_repository  # no GPU (or nvidia-smi cannot tell): the queues and configs as they are
+        budget_mb = (
+            None
+            if budget == "off"
+            else budget
+            if isinstance(budget, int)
+            else min(auto_budget_mb(g.total_mb) for g in gpus)
+        )
+        repository, self.plan, self.admission = serve_copy(
             o.model_repository,
             self._workdir / "repository",
             config_name(o, len(gpu_ids)),
             budget_mb,
             TRITON_MB + o.cuda_memory_pool_mb,
+            o.cuda_memory_pool_mb,
+            len(gpu_ids),
         )
         return repository
 

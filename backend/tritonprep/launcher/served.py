@@ -1,11 +1,13 @@
-"""The repository that tritonserver serves: a copy of the model repository with the GPU budget's choices.
+"""The repository that tritonserver serves on GPUs: a copy of the model repository with the GPU memory budget's
+choices and the admission's limits.
 
-Where the GPU memory budget is on (:mod:`.budget`), the launcher reads the config each model will use
-(``configs/<name>.pbtxt`` for ``--model-config-name``, else ``config.pbtxt``; parsed as Triton's
-``ModelConfig``), plans the GPU models that declare ``gpu_memory_mb``, and serves a copy of the
-repository from the start's work folder: one folder per model holding the rewritten config (the chosen
-``instance_group`` count, ``batch_buckets`` / ``network.batch_buckets`` and ``gpu_memory_mb``, the MiB
-of one instance) and symbolic links to everything else, the version folders included. Paths that
+The launcher reads the config each model will use (``configs/<name>.pbtxt`` for ``--model-config-name``, else
+``config.pbtxt``; parsed as Triton's ``ModelConfig``). Where the GPU memory budget is on (:mod:`.budget`), it
+plans the GPU models that declare ``gpu_memory_mb``; then :mod:`.admission` sizes the queues and batch limits to
+the CUDA memory pool. It serves a copy of the repository from the start's work folder: one folder per changed
+model holding the rewritten config (the chosen ``instance_group`` count, ``batch_buckets`` /
+``network.batch_buckets`` and ``gpu_memory_mb``, the MiB of one instance; ``max_batch_size`` and
+``max_queue_size``) and symbolic links to everything else, the version folders included. Paths that
 models build from ``args["model_repository"]`` resolve as in the original (``classify_fused`` reads
 ``<repository>/classifier/1/model.onnx``), and files a model writes beside its own (engine caches) land
 in the original folders.
@@ -20,6 +22,8 @@ from typing import Any
 
 from .. import memory
 from ..errors import ServerError
+from . import admission
+from .admission import Admission
 from .budget import Choice, Demand, Plan, parse_gpu_memory, plan
 
 log = logging.getLogger(__name__)
@@ -135,21 +139,30 @@ def plan_repository(models: list[ModelFile], budget_mb: int, fixed_mb: int) -> P
     return plan(demands, budget_mb, fixed_mb)
 
 
-def write(repository: Path, dest: Path, models: list[ModelFile], chosen: Plan) -> Path:
-    """Write the served copy of ``repository`` into ``dest`` (see the module's description); return ``dest``."""
+def write(repository: Path, dest: Path, models: list[ModelFile], chosen: Plan | None, admitted: Admission) -> Path:
+    """Write the served copy of ``repository`` into ``dest`` (see the module's description), the budget's
+    ``chosen`` already applied to ``models``, ``admitted`` applied here; return ``dest``."""
     _, text_format = _pb()
     rewritten: dict[str, tuple[Path, str]] = {}
     for mf in models:
-        choice = chosen.choice(mf.model)
-        if choice is None:
+        notes = []
+        choice = chosen.choice(mf.model) if chosen is not None else None
+        if choice is not None:  # applied by serve_copy, before the admission read the configs
+            notes.append(
+                f"the GPU memory budget's choice: {choice.count} instance(s) per GPU of {choice.gpu_memory_mb} MiB"
+                + (f", batch buckets {','.join(map(str, choice.buckets))}" if choice.buckets else "")
+            )
+        if admission.apply(mf.config, mf.model, admitted):
+            q = admitted.queue(mf.model)
+            notes.append(
+                "admission's limits (tritonprep.launcher.admission):"
+                + (f" max_batch_size {mf.config.max_batch_size}" if mf.model in admitted.max_batch else "")
+                + (f" max_queue_size {q.max_queue_size}" if q is not None else "")
+            )
+        if not notes:
             continue
-        apply(mf, choice)
-        header = (
-            f"# Served by tritonprep's launcher for one server start: {repository / mf.model / mf.relative}\n"
-            f"# with the GPU memory budget's choice: {choice.count} instance(s) per GPU of {choice.gpu_memory_mb} MiB"
-            + (f", batch buckets {','.join(map(str, choice.buckets))}" if choice.buckets else "")
-            + "\n"
-        )
+        header = f"# Served by tritonprep's launcher for one server start: {repository / mf.model / mf.relative}\n"
+        header += "".join(f"# with {note}\n" for note in notes)
         rewritten[mf.model] = (mf.relative, header + text_format.MessageToString(mf.config))
     dest.mkdir(parents=True, exist_ok=True)
     for entry in sorted(repository.iterdir()):
@@ -174,17 +187,37 @@ def _link_tree(source: Path, dest: Path, keep_out: Path) -> None:
             (dest / child.name).symlink_to(child.resolve(), target_is_directory=child.is_dir())
 
 
-def serve_copy(
-    repository: Path, dest: Path, config_name: str | None, budget_mb: int, fixed_mb: int
-) -> tuple[Path, Plan]:
-    """Plan the budget for ``repository`` and write its served copy; (the copy, the plan).
+def admission_of(models: list[ModelFile], pool_mb: int, gpus: int) -> Admission:
+    """The admission plan of ``models`` (:mod:`.admission`) served with a CUDA pool of ``pool_mb`` on ``gpus`` GPUs."""
+    kinds = _pb()[0].ModelInstanceGroup
+    return admission.plan({m.model: m.config for m in models}, pool_mb, gpus, (kinds.KIND_AUTO, kinds.KIND_GPU))
 
-    :class:`ServerError` before anything is loaded when not even one instance of each GPU model fits.
+
+def serve_copy(
+    repository: Path,
+    dest: Path,
+    config_name: str | None,
+    budget_mb: int | None,
+    fixed_mb: int,
+    pool_mb: int,
+    gpus: int = 1,
+) -> tuple[Path, Plan | None, Admission]:
+    """Plan the budget (unless ``budget_mb`` is None) and the admission for ``repository``, and write its served
+    copy; (the copy, the budget's plan, the admission).
+
+    :class:`ServerError` before anything is loaded when not even one instance of each GPU model fits, or the
+    CUDA pool cannot hold one request between each ensemble's steps.
     """
     models = read_models(repository, config_name)
-    chosen = plan_repository(models, budget_mb, fixed_mb)
-    write(repository, dest, models, chosen)
-    for c in chosen.choices:
+    chosen = plan_repository(models, budget_mb, fixed_mb) if budget_mb is not None else None
+    if chosen is not None:  # the budget's buckets first: the admission reads the configs as they will be served
+        for mf in models:
+            choice = chosen.choice(mf.model)
+            if choice is not None:
+                apply(mf, choice)
+    admitted = admission_of(models, pool_mb, gpus)
+    write(repository, dest, models, chosen, admitted)
+    for c in chosen.choices if chosen is not None else ():
         if c.changed:
             log.info(
                 "GPU memory budget: %s gets %d instance(s) per GPU%s instead of the config's %d%s",
@@ -194,5 +227,7 @@ def serve_copy(
                 c.asked_count,
                 f" up to {c.asked_buckets[-1]}" if c.asked_buckets else "",
             )
-    log.info("%s; serving %s", chosen.describe(), dest)
-    return dest, chosen
+    if chosen is not None:
+        log.info("%s", chosen.describe())
+    log.info("%s; serving %s", admitted.describe(), dest)
+    return dest, chosen, admitted

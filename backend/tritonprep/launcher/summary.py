@@ -1,7 +1,8 @@
 """The start-up summary: one block that ``tritonprep serve`` logs when the server is ready.
 
 Each GPU (name, memory; on a multi-GPU host also its server's pid and metrics port), whether CUDA MPS is
-on, what the GPU memory budget chose, and per model its kind, instance count (per GPU), runtime, batch
+on, what the GPU memory budget chose, what the admission admits (:mod:`.admission`: the CUDA pool, the
+images it holds between steps, the queue limits), and per model its kind, instance count (per GPU), runtime, batch
 buckets and GPU memory, then the time to ready. It reads what the server serves (the model-config API,
 with the admin header), the instances' reports (:mod:`tritonprep.reports`: the runtime each instance
 loaded; "-" where an instance wrote none) and ``nvidia-smi`` where present (the GPU memory each
@@ -119,6 +120,12 @@ def _budget(server: EmbeddedServer) -> str:
     return f"  GPU memory budget: {'off' if budget == 'off' else 'not applied (no GPU)'}"
 
 
+def _admission(server: EmbeddedServer) -> str:
+    if server.admission is not None:
+        return f"  {server.admission.describe()}"
+    return "  admission: queues as configured (no GPU: no CUDA pool between steps)"
+
+
 def summary(target: EmbeddedServer | Host) -> str:
     """The summary block of a ready server, or of a ready host's servers (several lines)."""
     if isinstance(target, Host) and target.shared:
@@ -135,6 +142,7 @@ def summary(target: EmbeddedServer | Host) -> str:
     mps = server.mps
     lines.append(f"  CUDA MPS: {'on (' if mps and mps.enabled else 'off ('}{mps.detail if mps else 'unknown'})")
     lines.append(_budget(server))
+    lines.append(_admission(server))
     return "\n".join(lines + _models(server))
 
 
@@ -162,5 +170,6 @@ def _host_summary(host: Host) -> str:
         "/v2/health/live, /tritonprep/gpus"
     )
     lines.append(_budget(host.parts[0].server) + (" (each GPU)" if host.parts[0].server.plan else ""))
+    lines.append(_admission(host.parts[0].server))
     lines.append(f"  models of each GPU's server (GPU {host.parts[0].gpu}'s shown):")
     return "\n".join(lines + _models(host.parts[0].server))

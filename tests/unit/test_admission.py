@@ -1,0 +1,148 @@
+"""Admission sized to GPU memory (tritonprep.launcher.admission, pure) on the shipped GPU configs and on small
+made-up repositories: no GPU, no Triton. tests/e2e/test_overload.py drives a real server past its peak."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from tritonprep.errors import ServerError
+from tritonprep.launcher import admission
+from tritonprep.launcher.served import ModelFile, admission_of, read_models, serve_copy
+
+REPO = Path(__file__).resolve().parents[2] / "model_repository"
+GPU_KINDS = (model_config_pb2.ModelInstanceGroup.KIND_AUTO, model_config_pb2.ModelInstanceGroup.KIND_GPU)
+
+
+def config(text: str) -> model_config_pb2.ModelConfig:
+    c = model_config_pb2.ModelConfig()
+    text_format.Parse(text, c)
+    return c
+
+
+def pool_holding(a: admission.Admission, configs: dict) -> int:
+    """The bytes the worst case holds in one GPU's pool: the executing batches, and every consumer's queue full
+    of the largest requests."""
+    per_image: dict[str, int] = {}
+    for h in a.hops:
+        per_image[h.consumer] = per_image.get(h.consumer, 0) + h.bytes_per_image
+    queued = sum((a.queue(c).max_queue_size // a.gpus) * a.largest_request * b for c, b in per_image.items())
+    return a.executing_bytes + queued
+
+
+def shipped() -> dict[str, model_config_pb2.ModelConfig]:
+    return {m.model: m.config for m in read_models(REPO, "gpu")}
+
+
+@pytest.mark.parametrize("pool_mb", [1024, 1536, 2048])
+def test_the_shipped_gpu_repository_fits_its_pool_in_the_worst_case(pool_mb):
+    configs = shipped()
+    a = admission.plan(configs, pool_mb, 1, GPU_KINDS)
+    assert {(h.producer, h.output, h.consumer) for h in a.hops} == {
+        ("preprocess", "PIXELS", "classifier"),
+        ("preprocess", "EMBED_PIXELS", "embedder"),
+    }
+    assert a.largest_request == 64  # preprocess's max_images_per_request
+    assert pool_holding(a, configs) <= a.usable_bytes
+    assert {q.model: q.role for q in a.queues} == {
+        "classifier": "consumer",
+        "embedder": "consumer",
+        "preprocess": "front",
+    }
+    # the front queue holds encoded images on the host: as configured
+    assert (
+        a.queue("preprocess").max_queue_size
+        == configs["preprocess"].dynamic_batching.default_queue_policy.max_queue_size
+    )
+
+
+def test_a_larger_pool_admits_more_and_each_queue_stops_at_its_config():
+    sizes = [
+        admission.plan(shipped(), mb, 1, GPU_KINDS).queue("classifier").max_queue_size for mb in (1024, 2048, 65536)
+    ]
+    assert (
+        sizes[0] < sizes[1] < sizes[2] == shipped()["classifier"].dynamic_batching.default_queue_policy.max_queue_size
+    )
+
+
+def test_batch_limits_follow_the_largest_request_and_the_preferred_batches():
+    configs = shipped()
+    a = admission.plan(configs, 1024, 1, GPU_KINDS)
+    assert a.max_batch["preprocess"] == (64, 256)
+    for ensemble in ("classify", "embed", "analyze"):  # an ensemble's max_batch_size <= its steps' (Triton's rule)
+        assert a.max_batch[ensemble][0] == 64
+    assert a.max_batch["classifier"] == (128, 256)  # its largest preferred_batch_size
+    for name, c in configs.items():
+        admission.apply(c, name, a)
+    for c in configs.values():
+        for step in c.ensemble_scheduling.step:
+            assert c.max_batch_size <= configs[step.model_name].max_batch_size, (c.name, step.model_name)
+
+
+def test_each_gpu_of_one_server_adds_its_pool_to_the_queues():
+    one, three = (admission.plan(shipped(), 1536, n, GPU_KINDS) for n in (1, 3))
+    for q in one.queues:
+        assert three.queue(q.model).max_queue_size == 3 * q.max_queue_size
+
+
+def test_fp16_between_steps_halves_the_bytes_and_doubles_the_images():
+    def repo(data_type: str) -> dict:
+        return {
+            "pre": config(
+                f'name: "pre" backend: "python" max_batch_size: 64 instance_group [{{count: 1 kind: KIND_GPU}}]'
+                f' output [{{name: "X" data_type: {data_type} dims: [3, 224, 224]}}]'
+            ),
+            "net": config(
+                f'name: "net" backend: "python" max_batch_size: 64 instance_group [{{count: 1 kind: KIND_GPU}}]'
+                f' input [{{name: "x" data_type: {data_type} dims: [3, 224, 224]}}]'
+                " dynamic_batching { default_queue_policy { max_queue_size: 1000 } }"
+            ),
+            "ens": config(
+                'name: "ens" platform: "ensemble" max_batch_size: 16 ensemble_scheduling { step ['
+                '{model_name: "pre" model_version: -1 input_map {key: "I" value: "I"}'
+                ' output_map {key: "X" value: "t"}},'
+                '{model_name: "net" model_version: -1 input_map {key: "x" value: "t"}'
+                ' output_map {key: "Y" value: "Y"}}]}'
+            ),
+        }
+
+    fp32, fp16 = (admission.plan(repo(t), 512, 1, GPU_KINDS) for t in ("TYPE_FP32", "TYPE_FP16"))
+    assert fp32.hops[0].bytes_per_image == 3 * 224 * 224 * 4 == 2 * fp16.hops[0].bytes_per_image
+    assert fp16.images_per_gpu == 2 * fp32.images_per_gpu
+    assert fp16.largest_request == 16 and fp16.max_batch == {"pre": (16, 64)}
+    assert fp16.queue("net").max_queue_size >= 2 * fp32.queue("net").max_queue_size
+
+
+def test_a_pool_too_small_is_refused_with_the_size_that_fits():
+    with pytest.raises(ServerError, match=r"raise --cuda-memory-pool-mb to at least (\d+)") as caught:
+        admission.plan(shipped(), 256, 1, GPU_KINDS)
+    need = int(caught.value.args[0].rsplit(" ", 1)[-1])
+    assert admission.plan(shipped(), need, 1, GPU_KINDS).queue("classifier").max_queue_size >= 1
+
+
+def test_cpu_producers_hand_nothing_through_the_pool():
+    configs = {m.model: m.config for m in read_models(REPO, None)}  # postprocess is KIND_CPU; the rest KIND_AUTO
+    cpu_only = (model_config_pb2.ModelInstanceGroup.KIND_GPU,)  # KIND_AUTO is not a GPU here
+    a = admission.plan(configs, 1024, 1, cpu_only)
+    assert a.hops == () and a.queues == () and "queues as configured" in a.describe()
+
+
+def test_the_served_copy_carries_the_limits_and_says_so(tmp_path):
+    served, chosen, a = serve_copy(REPO, tmp_path / "served", "gpu", None, 0, 1536)
+    assert chosen is None  # the budget off: the admission alone
+    classifier = config((served / "classifier" / "configs" / "gpu.pbtxt").read_text())
+    assert classifier.dynamic_batching.default_queue_policy.max_queue_size == a.queue("classifier").max_queue_size
+    assert classifier.max_batch_size == 128
+    assert "admission's limits" in (served / "classifier" / "configs" / "gpu.pbtxt").read_text()
+    classify = config((served / "classify" / "config.pbtxt").read_text())
+    assert classify.max_batch_size == 64
+    assert "holds" in a.describe() and "classifier" in a.describe()
+
+
+def test_admission_of_reads_the_same_as_plan():
+    models = read_models(REPO, "gpu")
+    assert admission_of(models, 1024, 1) == admission.plan({m.model: m.config for m in models}, 1024, 1, GPU_KINDS)
+    assert isinstance(models[0], ModelFile)
