@@ -24,7 +24,7 @@ from tritonprep.launcher.budget import (
 from tritonprep.launcher.served import demand_of, read_models, serve_copy
 
 REPO = Path(__file__).resolve().parents[2] / "model_repository"
-#: the shipped GPU configs' models as the budget sees them (configs/gpu.pbtxt; the embedder's config.pbtxt)
+#: the shipped GPU configs' models as the budget sees them (configs/gpu.pbtxt)
 SHIPPED = [
     Demand("classifier", 2, {64: 2200, 32: 1700, 8: 1200}, (8, 64)),
     Demand("classify_fused", 1, {64: 2400, 32: 1900, 8: 1500}, (8, 64)),
@@ -139,7 +139,7 @@ def test_the_served_copy_rewrites_the_chosen_configs_and_links_the_rest(tmp_path
     pre = served / "preprocess"
     assert not pre.is_symlink() and (pre / "1").is_symlink() and (pre / "config.pbtxt").is_symlink()
     assert not (pre / "configs" / "gpu.pbtxt").is_symlink()
-    assert (pre / "configs" / "tensorrt.pbtxt").resolve() == (repo / "preprocess" / "configs" / "gpu.pbtxt")
+    assert (pre / "configs" / "tensorrt.pbtxt").resolve() == (repo / "preprocess" / "configs" / "tensorrt.pbtxt")
     config = read(pre / "configs" / "gpu.pbtxt")
     assert config.instance_group[0].count == 3 and config.parameters["gpu_memory_mb"].string_value == "900"
     fused = read(served / "classify_fused" / "configs" / "gpu.pbtxt")
@@ -148,7 +148,7 @@ def test_the_served_copy_rewrites_the_chosen_configs_and_links_the_rest(tmp_path
     assert fused.parameters["network.model"].string_value == "classifier/1/model.onnx"
     # classify_fused finds the network where Triton tells it its folder is: <served>/classify_fused
     assert (served / "classify_fused").parent.joinpath("classifier/1/model.onnx").read_bytes() == b"onnx"
-    embedder = read(served / "embedder" / "config.pbtxt")  # no configs/gpu.pbtxt: its config.pbtxt is served
+    embedder = read(served / "embedder" / "configs" / "gpu.pbtxt")
     assert embedder.parameters["gpu_memory_mb"].string_value == "2400"
     original = read(repo / "preprocess" / "configs" / "gpu.pbtxt")
     original.instance_group[0].count = 3

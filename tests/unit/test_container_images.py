@@ -274,7 +274,7 @@ def test_with_cuda_pools_adds_one_pool_per_visible_gpu(tmp_path):
         (tmp_path / node).touch()
     r = run_with_cuda_pools(["echo", "tritonserver", "--x=1"], tmp_path, TRITON_SERVERS="one")
     assert r.returncode == 0 and r.stdout.split() == ["tritonserver", "--x=1"] + [
-        f"--cuda-memory-pool-byte-size={i}:{1024 << 20}" for i in range(3)
+        f"--cuda-memory-pool-byte-size={i}:{1536 << 20}" for i in range(3)
     ]
     r = run_with_cuda_pools(["echo"], tmp_path, CUDA_VISIBLE_DEVICES="2", TRITON_CUDA_POOL_MB="64")
     assert r.stdout.split() == [f"--cuda-memory-pool-byte-size=0:{64 << 20}"]
@@ -297,7 +297,7 @@ def test_with_cuda_pools_runs_one_server_per_gpu_on_shared_ports(tmp_path):
                             OUT=str(out))  # fmt: skip
     lines = sorted(out.read_text().splitlines())
     assert r.returncode == 3 and "exited with code 3" in r.stderr, r.stderr
-    pool = f"--cuda-memory-pool-byte-size=0:{1024 << 20}"
+    pool = f"--cuda-memory-pool-byte-size=0:{1536 << 20}"
     shared = "--reuse-http-port=true --reuse-grpc-port=true"
     age = "--grpc-max-connection-age=30000 --grpc-max-connection-age-grace=30000"
     for k, gpu in enumerate("567"):
@@ -305,7 +305,7 @@ def test_with_cuda_pools_runs_one_server_per_gpu_on_shared_ports(tmp_path):
         assert want in lines, (want, lines)
     assert lines.count("stopped") == 2  # the two others, stopped when GPU 1's exited
     one = run_with_cuda_pools(["echo", "x"], tmp_path, TRITON_SERVERS="one")  # one server over every GPU
-    assert one.stdout.split() == ["x"] + [f"--cuda-memory-pool-byte-size={i}:{1024 << 20}" for i in range(3)]
+    assert one.stdout.split() == ["x"] + [f"--cuda-memory-pool-byte-size={i}:{1536 << 20}" for i in range(3)]
     assert run_with_cuda_pools(["echo"], tmp_path, TRITON_SERVERS="many").returncode == 2
 
 

@@ -18,7 +18,7 @@ def test_the_gpu_configuration_is_picked_where_a_gpu_is_visible(monkeypatch, gpu
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     cmd = process.EmbeddedServer(ServerOptions()).command(Path("/backends"))
     pools = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--cuda-memory-pool-byte-size"]
-    assert pools == [f"{g}:{1024 << 20}" for g in range(gpus)]
+    assert pools == [f"{g}:{1536 << 20}" for g in range(gpus)]
     if config_name is None:
         assert "--model-config-name" not in cmd
     else:

@@ -61,7 +61,7 @@ EMBED = {"embed_network": "embedder"}
 #: each shipped config, and how `model add` builds it: ``(config, names)`` from the shipped networks' descriptions
 PARITY = {
     "classifier/config.pbtxt": lambda c, e: (configs.network_config(c, gpu=False), CLASSIFY),
-    "classifier/configs/gpu.pbtxt": lambda c, e: (configs.network_config(c, gpu=True), CLASSIFY),
+    "classifier/configs/gpu.pbtxt": lambda c, e: (configs.network_config(c, gpu=True, half_input=True), CLASSIFY),
     "classifier/configs/tensorrt.pbtxt": lambda c, e: (configs.container_config(c, "tensorrt"), CLASSIFY),
     "classifier/configs/onnxruntime.pbtxt": lambda c, e: (configs.container_config(c, "onnxruntime"), CLASSIFY),
     "classify/config.pbtxt": lambda c, e: (configs.ensemble_config(c), CLASSIFY),
@@ -145,7 +145,8 @@ def repository(tmp_path: Path) -> Path:
 
 def test_the_preprocess_output_is_appended_to_every_config_and_comments_stay(repository, tmp_path):
     before = {p: p.read_text() for p in preprocess_configs(repository)}
-    assert {p.name for p in before} == {"config.pbtxt", "gpu.pbtxt"}  # the container's two link to gpu.pbtxt
+    # onnxruntime.pbtxt links to tensorrt.pbtxt (the container's, FP32); gpu.pbtxt is FP16
+    assert {p.name for p in before} == {"config.pbtxt", "gpu.pbtxt", "tensorrt.pbtxt"}
     onnx = onnx_network(tmp_path / "net.onnx", ("batch", 260, 260, 3), 12)
     sets = ("output_size=260,260", "resize_shorter=292", "layout=NHWC", "mean=123.675,116.28,103.53", "std=58.4")
     add(plan(Request("my-net", onnx, repository, sets=sets)))
@@ -156,10 +157,11 @@ def test_the_preprocess_output_is_appended_to_every_config_and_comments_stay(rep
         spec = config.spec("MY_NET_PIXELS")
         assert (spec.output_shape, spec.resize_shorter, spec.mean[0], spec.std) == ((260, 260, 3), 292, 123.675,
                                                                                       (58.4,) * 3)  # fmt: skip
-        assert config.spec("PIXELS") == OutputSpec()  # the classifier's input as it was
+        dtype = "FP16" if path.name == "gpu.pbtxt" else "FP32"
+        assert config.spec("PIXELS") == OutputSpec(dtype=dtype)  # the classifier's input as it was
+        assert config.spec("MY_NET_PIXELS").dtype == "FP32"  # its network's input, whatever the config's default
         assert {"MY_NET_PIXELS_SCALE", "MY_NET_PIXELS_PADDING"} <= set(config.provenance)
-    for link in ("tensorrt.pbtxt", "onnxruntime.pbtxt"):
-        assert (repository / "preprocess" / "configs" / link).is_symlink()
+    assert (repository / "preprocess" / "configs" / "onnxruntime.pbtxt").is_symlink()
 
 
 def test_a_classifier_brings_its_models_labels_and_container_configs(repository, tmp_path):
@@ -215,7 +217,7 @@ def test_a_new_repository_is_a_copy_of_the_shipped_one_with_the_network(reposito
     assert written.copied_from == repository and written.repository == new
     assert {p.name for p in new.iterdir()} == {p.name for p in repository.iterdir()} | {"vectors", "vectors_network"}
     assert not (new / "classifier" / "1" / "model.plan").exists()  # engines are per GPU: not copied
-    assert (new / "preprocess" / "configs" / "tensorrt.pbtxt").is_symlink()
+    assert (new / "preprocess" / "configs" / "onnxruntime.pbtxt").is_symlink()
     assert [p.name for p in new.parent.iterdir()] == ["models"]  # no staging folder left
     ensemble = read_config(new / "vectors" / "config.pbtxt")
     assert [o.name for o in ensemble.output] == ["EMBEDDING", "ORIGINAL_SIZE", "DECODER", "VECTORS_PIXELS_SCALE",

@@ -195,17 +195,25 @@ def test_a_choice_is_checked_once_in_code_as_in_config():
 
 
 def test_the_gpu_config_is_the_default_one_with_gpu_instances_and_batching():
-    """configs/gpu.pbtxt (picked on GPU machines) changes only instances and batching, never the model."""
+    """configs/gpu.pbtxt (picked on GPU machines) changes only instances and batching, and hands the networks FP16;
+    the container's configs are the same in FP32 (its networks' input type)."""
     default = load_config(REPO / "preprocess" / "config.pbtxt")
     gpu = load_config(REPO / "preprocess" / "configs" / "gpu.pbtxt")
+    container = load_config(REPO / "preprocess" / "configs" / "tensorrt.pbtxt")
     assert [g.kind for g in gpu.instance_group] == [model_config_pb2.ModelInstanceGroup.KIND_GPU]
     assert gpu.instance_group[0].count > 1 and gpu.dynamic_batching.max_queue_delay_microseconds == 0
-    for cfg in (default, gpu):
+    images = [o for o in gpu.output if o.name in ("PIXELS", "EMBED_PIXELS")]
+    assert [o.data_type for o in images] == [model_config_pb2.DataType.TYPE_FP16] * 2
+    assert gpu.parameters["dtype"].string_value == "FP16"
+    for o in images:
+        o.data_type = model_config_pb2.DataType.TYPE_FP32
+    gpu.parameters["dtype"].string_value = "FP32"
+    for cfg in (default, gpu, container):
         cfg.ClearField("instance_group")
         cfg.dynamic_batching.ClearField("max_queue_delay_microseconds")
-    assert default == gpu
-    for name in ("tensorrt.pbtxt", "onnxruntime.pbtxt"):  # the container's config names pick the same file
-        assert (REPO / "preprocess" / "configs" / name).resolve() == (REPO / "preprocess" / "configs" / "gpu.pbtxt")
+    assert default == gpu == container
+    onnxruntime = REPO / "preprocess" / "configs" / "onnxruntime.pbtxt"  # the container's other name: the same file
+    assert onnxruntime.resolve() == (REPO / "preprocess" / "configs" / "tensorrt.pbtxt")
 
 
 def test_the_classifier_gpu_config_changes_only_instances_and_batching():
@@ -216,6 +224,8 @@ def test_the_classifier_gpu_config_changes_only_instances_and_batching():
     # preferred sizes are whole multiples of the largest batch bucket (full CUDA graphs under load)
     largest = int(gpu.parameters["batch_buckets"].string_value.split(",")[-1])
     assert list(gpu.dynamic_batching.preferred_batch_size) == [largest, 2 * largest]
+    assert gpu.input[0].data_type == model_config_pb2.DataType.TYPE_FP16  # as the GPU preprocess makes PIXELS
+    gpu.input[0].data_type = model_config_pb2.DataType.TYPE_FP32
     for cfg in (default, gpu):
         cfg.ClearField("instance_group")
         cfg.dynamic_batching.ClearField("max_queue_delay_microseconds")

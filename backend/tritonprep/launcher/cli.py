@@ -78,7 +78,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         help="use <model>/configs/<NAME>.pbtxt where present (default: gpu where a GPU is visible, which gives "
         "preprocess its GPU instances and batching; else each model's config.pbtxt)",
     )
-    p.add_argument("--cuda-memory-pool-mb", type=int, default=1024, help="per GPU (default: %(default)s)")
+    p.add_argument("--cuda-memory-pool-mb", type=int, default=1536, help="per GPU (default: %(default)s)")
     p.add_argument(
         "--gpus",
         type=gpu_list,

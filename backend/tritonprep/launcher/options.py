@@ -45,8 +45,9 @@ class ServerOptions:
     #: "": every model's config.pbtxt, GPU or not
     model_config_name: str | None = None
     log_verbose: int = 0
-    #: per-GPU CUDA memory pool; Triton copies GPU outputs of Python models into it
-    cuda_memory_pool_mb: int = 1024
+    #: per-GPU CUDA memory pool: Python models' GPU outputs wait there between ensemble steps; the admission
+    #: (tritonprep.launcher.admission) sizes the queues to it
+    cuda_memory_pool_mb: int = 1536
     #: the GPUs to serve on, by index among those this process sees; None: all of them (each GPU model gets
     #: its instance_group's count on every one)
     gpus: tuple[int, ...] | None = None

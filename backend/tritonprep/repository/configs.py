@@ -114,10 +114,11 @@ def _top_k_outputs(config: Any, k: int) -> None:
         _tensor(config.output, name, data_type, [k])
 
 
-def network_config(net: Network, gpu: bool) -> Any:
-    """The network's Python-backend model (``config.pbtxt``, or ``configs/gpu.pbtxt`` with ``gpu``)."""
+def network_config(net: Network, gpu: bool, half_input: bool = False) -> Any:
+    """The network's Python-backend model (``config.pbtxt``, or ``configs/gpu.pbtxt`` with ``gpu``); its input FP16
+    with ``half_input`` (the shipped GPU configs, whose preprocess output is FP16), else FP32."""
     config = _config(net.network_model, backend="python")
-    _tensor(config.input, NETWORK_INPUT, "TYPE_FP32", net.spec.output_shape)
+    _tensor(config.input, NETWORK_INPUT, "TYPE_FP16" if half_input else "TYPE_FP32", net.spec.output_shape)
     if net.classifier:
         _tensor(config.output, LOGITS, "TYPE_FP32", [net.width])
         _top_k_outputs(config, net.top_k)

@@ -142,6 +142,14 @@ def make_repo(
         null_cfg.write_text(_set(null, r"max_queue_delay_microseconds: \d+", f"max_queue_delay_microseconds: {delay}"))
         sink_cfg = dest / "sink" / "config.pbtxt"
         sink_cfg.write_text(with_instances(sink_cfg.read_text(), 2, kind))
+        # PIXELS as preprocess makes it (FP16 in the GPU config): the sink reads it, null_prep stands in for it
+        pixels = re.search(r'name: "PIXELS"\s*data_type: (TYPE_\w+)', text)
+        for cfg in (sink_cfg, null_cfg):
+            cfg.write_text(
+                cfg.read_text().replace(
+                    "data_type: TYPE_FP32 dims: [ 3, 224, 224 ]", f"data_type: {pixels[1]} dims: [ 3, 224, 224 ]"
+                )
+            )
     if with_classify:
         for model in CLASSIFY_MODELS:
             shutil.copytree(SOURCE / model, dest / model, ignore=shutil.ignore_patterns("*.plan", "__pycache__"))
@@ -151,13 +159,20 @@ def make_repo(
     return dest
 
 
-def open_copy(dest: Path) -> Path:
-    """The shipped repository (every model, the shipped instances and configs) with its queues opened up and their
-    timeouts off: what a capacity measurement serves (the shipped bounds would refuse part of the load)."""
+def shipped_copy(dest: Path) -> Path:
+    """The shipped repository as shipped (every model, its instances, configs, queues and their timeouts), without
+    engine plans or caches: what an overload measurement serves (the shipped bounds are what it measures)."""
     shutil.rmtree(dest, ignore_errors=True)
     shutil.copytree(
         SOURCE, dest, symlinks=True, ignore=shutil.ignore_patterns("*.plan", "__pycache__", "ort-trt-cache")
     )
+    return dest
+
+
+def open_copy(dest: Path) -> Path:
+    """The shipped repository (every model, the shipped instances and configs) with its queues opened up and their
+    timeouts off: what a capacity measurement serves (the shipped bounds would refuse part of the load)."""
+    shipped_copy(dest)
     for model_dir in sorted(p for p in dest.iterdir() if p.is_dir()):
         decode_once.open_queues(model_dir)
         for cfg in model_configs(model_dir):
