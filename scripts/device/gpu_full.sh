@@ -19,6 +19,8 @@
 #     harness     python -m scripts.bench.harness --phase $PHASES (tune, main, classify, fused, instances, analyze,
 #                 soak, startstop, gpus), e.g. HARNESS_ARGS="--mps on,off" or "--gpu-memory-budget 16G,off";
 #                 PHASES=gpus HARNESS_ARGS="--gpu-counts 1,2,4": the GPU-count axis on one host
+#                 PHASES=latency: one image's time at c=1 step by step, and the GPU (SMs, JPEG engines) under load; with
+#                 STEPS=gputime,harness, HARNESS_ARGS="--gpu-time /tmp/steps/gpu_time.jsonl" adds the CUPTI kernel table
 #     isolation   a sticky CUDA fault on one GPU of a multi-GPU host under load (python -m scripts.faults isolation;
 #                 ISOLATION_ARGS, e.g. "--gpu 1 --batch 8 --clients 64"; CUDA_VISIBLE_DEVICES picks the host's GPUs)
 #   Both harness steps write into /tmp/bench, which keeps what earlier calls measured while the machine stays warm

@@ -1,7 +1,8 @@
 """Where the time of an ``execute()`` goes: per-phase wall-clock totals, logged periodically.
 
 Enabled with ``TRITONPREP_PROFILE=1`` in the server's environment (the benchmark harness
-does this); otherwise :meth:`PhaseTimer.record` returns at once. Each summary line gives,
+does this); otherwise :meth:`PhaseTimer.record` returns at once. ``TRITONPREP_PROFILE_INTERVAL_S`` sets how
+often a line is logged (default 10 s; the harness's ``latency`` phase asks for shorter). Each summary line gives,
 for the last interval, executes, requests and images per second, the mean batch, and the
 mean milliseconds per execute of each phase.
 """
@@ -16,13 +17,27 @@ from collections import defaultdict
 log = logging.getLogger(__name__)
 
 
+#: seconds between two summary lines of an instance, where the environment does not say
+DEFAULT_INTERVAL_S = 10.0
+INTERVAL_ENV = "TRITONPREP_PROFILE_INTERVAL_S"
+
+
+def profile_interval_s() -> float:
+    """``TRITONPREP_PROFILE_INTERVAL_S`` if it is a positive number, else :data:`DEFAULT_INTERVAL_S`."""
+    try:
+        value = float(os.environ.get(INTERVAL_ENV, ""))
+    except ValueError:
+        return DEFAULT_INTERVAL_S
+    return value if value > 0 else DEFAULT_INTERVAL_S
+
+
 class PhaseTimer:
     """Accumulates phase durations of one model instance and logs a summary every ``interval_s``."""
 
-    def __init__(self, name: str, interval_s: float = 10.0) -> None:
+    def __init__(self, name: str, interval_s: float | None = None) -> None:
         self.name = name
         self.enabled = os.environ.get("TRITONPREP_PROFILE") == "1"
-        self.interval_s = interval_s
+        self.interval_s = interval_s if interval_s is not None else profile_interval_s()
         self._reset(time.perf_counter())
 
     def _reset(self, now: float) -> None:

@@ -24,6 +24,10 @@ ready, stop, exit code, GPU memory sampled throughout):
 * ``gpus``: the GPU-count axis: the shipped repository on 1, 2, 4, ... GPUs (``--gpu-counts``), classify,
   classify_fused and embed at 8 and 32 images/request and at c=1, with the load generator's CPU and each
   GPU's utilization (:mod:`.phases.gpus`).
+* ``latency``: where one image's time goes at c=1 (``classify``, ``classify_fused``, ``prep_sink``: the client's
+  round trip, Triton's statistics per model version, each instance's own phases; ``--latency-requests``), then the
+  same models at 8 and 32 images/request with the GPU sampled by ``nvidia-smi dmon`` (SMs, memory, the JPEG
+  engines); once: the kernel table of ``--gpu-time`` (scripts.bench.gpu_time's output) (:mod:`.phases.latency`).
 
 ``--points goals`` measures, in ``main`` and ``classify``, only the points the goals read (cheaper runs of
 several settings). Writes results.md (with the settings side by side and the goals, met or not),

@@ -133,6 +133,14 @@ def build_parser() -> argparse.ArgumentParser:
         default="",
         help="gpus phase: comma list of GPU counts to serve on, e.g. 1,2,4 (default: 1, 2, 4, ... up to every GPU)",
     )
+    parser.add_argument(
+        "--latency-requests", type=int, default=1000, help="latency phase: timed c=1 requests per model"
+    )
+    parser.add_argument(
+        "--gpu-time",
+        type=Path,
+        help="latency phase: scripts.bench.gpu_time's JSON lines (STEPS=gputime), for the report's kernel table",
+    )
     return parser
 
 
@@ -161,6 +169,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.config = parse_preprocess_config(args.config) if args.config else None
         if args.starts < 1:
             raise OptionError("--starts must be 1 or more")
+        if args.latency_requests < 1:
+            raise OptionError("--latency-requests must be 1 or more")
         if needs_perf_analyzer(args):
             try:
                 find_perf_analyzer()

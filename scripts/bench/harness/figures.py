@@ -8,7 +8,8 @@ from typing import Any
 DEFAULT_LABEL = "default"
 SIZE = "500x375"
 #: the kinds of rows measured through a server (so with a server setting)
-SERVED_KINDS = ("triton", "soak", "tune", "fused_tune", "instances", "startstop", "decode_once", "gpus")
+SERVED_KINDS = ("triton", "soak", "tune", "fused_tune", "instances", "startstop", "decode_once", "gpus", "latency",
+                "gpu_profile")  # fmt: skip
 
 
 def setting_of(row: dict[str, Any]) -> str:

@@ -10,7 +10,7 @@ import platform
 import sys
 from pathlib import Path
 
-from . import scaling, sections
+from . import breakdown, engines, scaling, sections
 from .figures import SERVED_KINDS, setting_of
 from .gpu import smi_text
 from .summary import summary_lines
@@ -100,6 +100,9 @@ def report_lines(rows: list[dict], summary: dict) -> list[str]:
     lines += sections.instances_ranking(rows, servers)
     lines += sections.startstop_section(servers)
     lines += scaling.gpus_section(rows, summary)
+    lines += breakdown.breakdown_section(summary)
+    lines += engines.engines_section(rows)
+    lines += engines.kernels_section(summary)
     lines += sections.servers_table(servers)
     if summary.get("errors"):
         lines += ["", "## Errors", "", *(f"- {e}" for e in summary["errors"])]
