@@ -138,9 +138,10 @@ def traced(fn: Callable[[], None], runs: int) -> tuple[list[dict[str, Any]], flo
 
 def kernels(torch_site: str, batches: list[list[bytes]], runs: int) -> list[dict[str, Any]]:
     """The ``kernels`` rows: the executor's and the network's GPU work, traced."""
+    import cupy as cp  # before torch's site is on the path: CuPy imports a SciPy it finds (torch's needs numpy 2)
+
     if torch_site and torch_site not in sys.path:
         sys.path.append(torch_site)  # after this venv's own packages: its numpy and CuPy stay the ones in use
-    import cupy as cp
 
     rows = []
     ex = make_executor()
