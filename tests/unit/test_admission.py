@@ -146,3 +146,13 @@ def test_admission_of_reads_the_same_as_plan():
     models = read_models(REPO, "gpu")
     assert admission_of(models, 1024, 1) == admission.plan({m.model: m.config for m in models}, 1024, 1, GPU_KINDS)
     assert isinstance(models[0], ModelFile)
+
+
+def test_an_unbounded_consumer_gets_a_bound_and_a_share_like_the_largest_bounded_one():
+    configs = shipped()
+    configs["embedder"].dynamic_batching.default_queue_policy.max_queue_size = 0  # unbounded: the pool's hazard
+    for name in ("classifier", "preprocess"):
+        configs[name].dynamic_batching.default_queue_policy.max_queue_size = 4096  # a benchmark's opened queues
+    a = admission.plan(configs, 2048, 1, GPU_KINDS)
+    assert a.queue("embedder").max_queue_size == a.queue("classifier").max_queue_size > 1
+    assert pool_holding(a, configs) <= a.usable_bytes

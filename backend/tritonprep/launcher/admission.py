@@ -39,7 +39,7 @@ from ..errors import ServerError
 
 #: share of the CUDA pool the plan leaves free (the pool's own fragmentation, small outputs)
 MARGIN = 0.05
-#: the queue a consumer whose config sets no bound is weighed as, in requests (the shipped configs' size)
+#: the queue a consumer whose config sets no bound is weighed as, in requests, where no consumer sets one
 UNBOUNDED_WEIGHT = 64
 #: the producer parameter that caps the images of one request (tritonprep's preprocess models)
 REQUEST_CAP_PARAM = "max_images_per_request"
@@ -233,8 +233,10 @@ def plan(configs: Mapping[str, Any], pool_mb: int, gpus: int, gpu_kinds: tuple[i
     executing = sum(_instances(configs[p]) * batch_of(p) * b for p, b in out_bytes.items())
     executing += sum(_instances(configs[c]) * batch_of(c) * b for c, b in in_bytes.items())
     usable = int((pool_mb << 20) * (1 - MARGIN))
-    # a consumer without a bound (max_queue_size 0) weighs as a shipped one and gets what fits
-    asked = {c: _asked_queue(configs[c]) or UNBOUNDED_WEIGHT for c in in_bytes}
+    # a consumer without a bound (max_queue_size 0) weighs as the largest bounded one (UNBOUNDED_WEIGHT if none)
+    # and gets what fits
+    bounded = [_asked_queue(configs[c]) for c in in_bytes if _asked_queue(configs[c])]
+    asked = {c: _asked_queue(configs[c]) or max(bounded, default=UNBOUNDED_WEIGHT) for c in in_bytes}
     per_request = {c: request * b for c, b in in_bytes.items()}
     wanted = sum(asked[c] * per_request[c] for c in in_bytes)
     room = usable - executing
