@@ -17,7 +17,7 @@
 #     gputime     where the GPU's time goes, in one process (python -m scripts.bench.gpu_time): the preprocessing's and
 #                 the network's kernels by CUPTI (the machine's torch profiler), and the two stages side by side
 #     harness     python -m scripts.bench.harness --phase $PHASES (tune, main, classify, fused, instances, analyze,
-#                 soak, startstop, gpus), e.g. HARNESS_ARGS="--mps on,off" or "--gpu-memory-budget 16G,off";
+#                 soak, startstop, gpus, overload), e.g. HARNESS_ARGS="--mps on,off" or "--gpu-memory-budget 16G,off";
 #                 PHASES=gpus HARNESS_ARGS="--gpu-counts 1,2,4": the GPU-count axis on one host
 #                 PHASES=latency: one image's time at c=1 step by step, and the GPU (SMs, JPEG engines) under load; with
 #                 STEPS=gputime,harness, HARNESS_ARGS="--gpu-time /tmp/steps/gpu_time.jsonl" adds the CUPTI kernel table

@@ -24,6 +24,9 @@ ready, stop, exit code, GPU memory sampled throughout):
 * ``gpus``: the GPU-count axis: the shipped repository on 1, 2, 4, ... GPUs (``--gpu-counts``), classify,
   classify_fused and embed at 8 and 32 images/request and at c=1, with the load generator's CPU and each
   GPU's utilization (:mod:`.phases.gpus`).
+* ``overload``: the shipped repository as shipped, ``classify`` closed-loop at 1, 2, 4 and 8 times its saturating
+  concurrency at 8 and 32 images/request: answered, refused, other errors, p99, the log's E and W lines
+  (:mod:`.phases.overload`).
 * ``latency``: where one image's time goes at c=1 (``classify``, ``classify_fused``, ``prep_sink``: the client's
   round trip, Triton's statistics per model version, each instance's own phases; ``--latency-requests``), then the
   same models at 8 and 32 images/request with the GPU sampled by ``nvidia-smi dmon`` (SMs, memory, the JPEG

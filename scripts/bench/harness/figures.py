@@ -9,7 +9,7 @@ DEFAULT_LABEL = "default"
 SIZE = "500x375"
 #: the kinds of rows measured through a server (so with a server setting)
 SERVED_KINDS = ("triton", "soak", "tune", "fused_tune", "instances", "startstop", "decode_once", "gpus", "latency",
-                "gpu_profile")  # fmt: skip
+                "gpu_profile", "overload")  # fmt: skip
 
 
 def setting_of(row: dict[str, Any]) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 from . import breakdown, engines, scaling, sections
 from .figures import SERVED_KINDS, setting_of
 from .gpu import smi_text
+from .overload_report import overload_section
 from .summary import summary_lines
 
 #: results.csv's columns, in order
@@ -100,6 +101,7 @@ def report_lines(rows: list[dict], summary: dict) -> list[str]:
     lines += sections.instances_ranking(rows, servers)
     lines += sections.startstop_section(servers)
     lines += scaling.gpus_section(rows, summary)
+    lines += overload_section(rows, summary)
     lines += breakdown.breakdown_section(summary)
     lines += engines.engines_section(rows)
     lines += engines.kernels_section(summary)

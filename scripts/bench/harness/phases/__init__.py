@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from ..run import Run
 from ..settings import Setting
-from . import analyze, classify, fused, gpus, instances, latency, main, soak, startstop, tune
+from . import analyze, classify, fused, gpus, instances, latency, main, overload, soak, startstop, tune
 
 
 @dataclass(frozen=True)
@@ -34,5 +34,6 @@ PHASES: dict[str, Phase] = {
     "soak": Phase(soak.served),
     "startstop": Phase(startstop.served),
     "gpus": Phase(gpus.served),
+    "overload": Phase(overload.served),
     "latency": Phase(latency.served, latency.once),
 }
