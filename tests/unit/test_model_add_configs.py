@@ -113,8 +113,7 @@ def test_the_network_configs_load_with_the_code_that_serves_them(tmp_path):
         params = {k: v["string_value"] for k, v in config["parameters"].items()}
         params.pop("network_turns")
         options = RuntimeOptions.from_parameters(params, config["max_batch_size"])
-        # on the GPU a classifier runs a lone image in a bucket of its own
-        assert (options.precision, options.batch_buckets) == ("fp32", (1, 8, 64) if gpu else (8, 64))
+        assert (options.precision, options.batch_buckets) == ("fp32", (8, 64))
     post = as_json(configs.postprocess_config(net, container=True))
     assert TopK.from_config(post, tmp_path, classes_of="LOGITS").k == 7
     embedder = as_json(configs.network_config(Network("e", "embedder", OutputSpec(), "x", "y", 64), gpu=True))

@@ -348,9 +348,10 @@ class OrtCudaRuntime:
 
     def _warm_up(self) -> None:
         """Each bucket's first run (cuDNN's heuristics pick each convolution's algorithm: seconds per bucket), neither
-        capturing nor replaying (run option ``gpu_graph_id`` -1), on threads while ``meanwhile`` runs here; then the
-        captures (hundredths of a second) and the replay times on this thread, the one :meth:`infer` runs on (ONNX
-        Runtime keeps its graphs per thread; a capture needs the process to itself)."""
+        capturing nor replaying (run option ``gpu_graph_id`` -1), on a thread while ``meanwhile`` runs here (ONNX
+        Runtime lets go of the GIL, the decoders' first call may not); then the captures (hundredths of a second:
+        the algorithms are known) and the replay times on this thread, the one :meth:`infer` runs on (ONNX Runtime
+        keeps its graphs per thread; a capture needs the process to itself)."""
         pairs = list(zip(self._buckets, self.session_caps_mb))
         first = None
         if self.cuda_graphs:
@@ -380,17 +381,10 @@ class OrtCudaRuntime:
         self.timings["measure"] = time.perf_counter() - t0
 
     def _first_runs(self, pairs: list[tuple[_Bucket, int]], options: Any) -> None:
-        """Each bucket's first run on a thread of its own (a session each; ONNX Runtime lets go of the GIL)."""
-
-        def first(pair: tuple[_Bucket, int]) -> None:
-            bucket, cap = pair
+        for bucket, cap in pairs:
             t0 = time.perf_counter()
-            with self.device:
-                self._run_bucket(bucket, cap, options)
+            self._run_bucket(bucket, cap, options)
             self.timings[f"first_run_b{bucket.size}"] = time.perf_counter() - t0
-
-        with ThreadPoolExecutor(len(pairs), thread_name_prefix="tritonprep-ort-first-run") as pool:
-            list(pool.map(first, pairs))  # the first error, if any, goes up once every run is over
 
     @staticmethod
     def _run_bucket(bucket: _Bucket, cap: int, options: Any = None) -> None:

@@ -133,8 +133,6 @@ def network_config(net: Network, gpu: bool, half_input: bool = False) -> Any:
     params = {**RUNTIME_OPTIONS, "precision": "fp16" if net.fp16 else "fp32"}
     if net.classifier:
         params[TURNS[0]] = TURNS[1]
-        if gpu:  # a lone image runs in a bucket of its own (a request's answer at c=1)
-            params["batch_buckets"] = "1," + params["batch_buckets"]
         if net.labels:
             params[LABELS_PARAMETER] = net.labels
     params["FORCE_CPU_ONLY_INPUT_TENSORS"] = "no"  # GPU inputs stay on the GPU
