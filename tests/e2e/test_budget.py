@@ -49,8 +49,8 @@ def probe(server: process.EmbeddedServer) -> dict[str, object]:
 @pytest.mark.parametrize(
     ("budget", "total_mb", "count", "buckets", "mb"),
     [
-        ("auto", 4600, 2, "1,8,32,64", "1000"),  # 4088 MiB: tritonserver 2024 (its pool 1024) + 2 x 1000
-        ("2700M", 8000, 1, "1,8,32", "600"),  # 676 MiB left: one instance at bucket 64 does not fit; at 32 it does
+        ("auto", 5112, 2, "1,8,32,64", "1000"),  # 4600 MiB: tritonserver 2536 (its pool 1536) + 2 x 1000
+        ("3212M", 8000, 1, "1,8,32", "600"),  # 676 MiB left: one instance at bucket 64 does not fit; at 32 it does
     ],
 )
 def test_the_chosen_counts_and_buckets_are_what_the_model_loads_with(

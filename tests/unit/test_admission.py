@@ -156,3 +156,19 @@ def test_an_unbounded_consumer_gets_a_bound_and_a_share_like_the_largest_bounded
     a = admission.plan(configs, 2048, 1, GPU_KINDS)
     assert a.queue("embedder").max_queue_size == a.queue("classifier").max_queue_size > 1
     assert pool_holding(a, configs) <= a.usable_bytes
+
+
+def test_a_front_timeout_bounds_the_wait_in_the_first_queue_only():
+    configs = shipped()
+    a = admission.plan(configs, 1536, 1, GPU_KINDS, front_timeout_ms=50)
+    assert a.queue("preprocess").timeout_us == 50_000
+    assert (
+        a.queue("classifier").timeout_us
+        == configs["classifier"].dynamic_batching.default_queue_policy.default_timeout_microseconds
+    )
+    admission.apply(configs["preprocess"], "preprocess", a)
+    policy = configs["preprocess"].dynamic_batching.default_queue_policy
+    assert policy.default_timeout_microseconds == 50_000 and policy.timeout_action == policy.REJECT
+    assert "preprocess 64 (0.05 s timeout)" in a.describe()
+    kept = admission.plan(shipped(), 1536, 1, GPU_KINDS)  # None: the configs' own (2 s)
+    assert kept.queue("preprocess").timeout_us == 2_000_000

@@ -21,6 +21,8 @@ where R, the largest request, is the ensembles' ``max_batch_size`` capped by the
 * gives each consumer the largest ``max_queue_size`` up to its config's that fits, the pool's room shared in
   proportion to what the configs ask; a request over a full queue is refused at once with Triton's
   "Exceeds maximum queue size" (gRPC UNAVAILABLE, HTTP 503), never accepted and then failed inside;
+* with ``--queue-timeout-ms``, refuses a request that waited longer than that in the front queue (Triton's
+  "Request timeout expired", the same status), which bounds the latency of the admitted ones;
 * multiplies every queue by the GPUs one server serves (``--servers one`` over N GPUs: each GPU has its pool
   and instances; the queues are the server's).
 
@@ -201,9 +203,16 @@ def _consumer_batch(config: Any) -> int:
     return min(config.max_batch_size, max(preferred)) if preferred and config.max_batch_size else config.max_batch_size
 
 
-def plan(configs: Mapping[str, Any], pool_mb: int, gpus: int, gpu_kinds: tuple[int, ...]) -> Admission:
+def plan(
+    configs: Mapping[str, Any],
+    pool_mb: int,
+    gpus: int,
+    gpu_kinds: tuple[int, ...],
+    front_timeout_ms: int | None = None,
+) -> Admission:
     """The admission of ``configs`` (model name -> ModelConfig) with a CUDA pool of ``pool_mb`` per GPU and
-    ``gpus`` GPUs per server (see the module's description)."""
+    ``gpus`` GPUs per server (see the module's description); ``front_timeout_ms``: the longest a request waits in
+    the front queue before it is refused (None: the configs' timeouts)."""
     hops = hops_of(configs, gpu_kinds)
     if not hops:
         return Admission(pool_mb, gpus, 0, (), 0, ())
@@ -262,7 +271,8 @@ def plan(configs: Mapping[str, Any], pool_mb: int, gpus: int, gpu_kinds: tuple[i
     for front in sorted(fronts):
         size = _asked_queue(configs[front])
         if size:
-            queues.append(Queue(front, size * gpus, size, "front", _timeout(configs[front])))
+            timeout = front_timeout_ms * 1000 if front_timeout_ms else _timeout(configs[front])
+            queues.append(Queue(front, size * gpus, size, "front", timeout))
     return Admission(pool_mb, gpus, request, tuple(hops), executing, tuple(queues), max_batch)
 
 
@@ -290,5 +300,9 @@ def apply(config: Any, model: str, admission: Admission) -> bool:
         policy = config.dynamic_batching.default_queue_policy
         if policy.max_queue_size != q.max_queue_size:
             policy.max_queue_size = q.max_queue_size
+            changed = True
+        if q.timeout_us and policy.default_timeout_microseconds != q.timeout_us:
+            policy.default_timeout_microseconds = q.timeout_us
+            policy.timeout_action = type(policy).REJECT
             changed = True
     return changed

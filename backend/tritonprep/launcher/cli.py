@@ -80,6 +80,13 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     )
     p.add_argument("--cuda-memory-pool-mb", type=int, default=1536, help="per GPU (default: %(default)s)")
     p.add_argument(
+        "--queue-timeout-ms",
+        type=int,
+        default=50,
+        help="on GPUs: refuse a request that waited longer than this in an ensemble's first queue, bounding the "
+        "latency of what is admitted under overload; 0 keeps the configs' timeouts (default: %(default)s)",
+    )
+    p.add_argument(
         "--gpus",
         type=gpu_list,
         help="comma-separated GPU indices to serve on, e.g. 0,2 (default: every GPU this process sees, after "
@@ -173,6 +180,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         model_config_name=args.model_config_name,
         log_verbose=args.log_verbose,
         cuda_memory_pool_mb=args.cuda_memory_pool_mb,
+        queue_timeout_ms=args.queue_timeout_ms,
         gpus=args.gpus,
         exit_timeout_s=args.exit_timeout,
         extra_args=tuple(args.triton_args),

@@ -48,6 +48,9 @@ class ServerOptions:
     #: per-GPU CUDA memory pool: Python models' GPU outputs wait there between ensemble steps; the admission
     #: (tritonprep.launcher.admission) sizes the queues to it
     cuda_memory_pool_mb: int = 1536
+    #: on GPUs: the longest a request waits in an ensemble's front queue before it is refused, in ms (0: the
+    #: configs' timeouts); bounds the latency of what is admitted under overload (tritonprep.launcher.admission)
+    queue_timeout_ms: int = 50
     #: the GPUs to serve on, by index among those this process sees; None: all of them (each GPU model gets
     #: its instance_group's count on every one)
     gpus: tuple[int, ...] | None = None

@@ -171,6 +171,7 @@ class EmbeddedServer(Endpoints):
             TRITON_MB + o.cuda_memory_pool_mb,
             o.cuda_memory_pool_mb,
             len(gpu_ids),
+            o.queue_timeout_ms or None,
         )
         return repository
 

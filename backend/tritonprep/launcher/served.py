@@ -187,10 +187,11 @@ def _link_tree(source: Path, dest: Path, keep_out: Path) -> None:
             (dest / child.name).symlink_to(child.resolve(), target_is_directory=child.is_dir())
 
 
-def admission_of(models: list[ModelFile], pool_mb: int, gpus: int) -> Admission:
+def admission_of(models: list[ModelFile], pool_mb: int, gpus: int, front_timeout_ms: int | None = None) -> Admission:
     """The admission plan of ``models`` (:mod:`.admission`) served with a CUDA pool of ``pool_mb`` on ``gpus`` GPUs."""
     kinds = _pb()[0].ModelInstanceGroup
-    return admission.plan({m.model: m.config for m in models}, pool_mb, gpus, (kinds.KIND_AUTO, kinds.KIND_GPU))
+    configs = {m.model: m.config for m in models}
+    return admission.plan(configs, pool_mb, gpus, (kinds.KIND_AUTO, kinds.KIND_GPU), front_timeout_ms)
 
 
 def serve_copy(
@@ -201,6 +202,7 @@ def serve_copy(
     fixed_mb: int,
     pool_mb: int,
     gpus: int = 1,
+    front_timeout_ms: int | None = None,
 ) -> tuple[Path, Plan | None, Admission]:
     """Plan the budget (unless ``budget_mb`` is None) and the admission for ``repository``, and write its served
     copy; (the copy, the budget's plan, the admission).
@@ -215,7 +217,7 @@ def serve_copy(
             choice = chosen.choice(mf.model)
             if choice is not None:
                 apply(mf, choice)
-    admitted = admission_of(models, pool_mb, gpus)
+    admitted = admission_of(models, pool_mb, gpus, front_timeout_ms)
     write(repository, dest, models, chosen, admitted)
     for c in chosen.choices if chosen is not None else ():
         if c.changed:

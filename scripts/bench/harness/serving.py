@@ -29,7 +29,8 @@ log = logging.getLogger("harness")
 REPORT_DIR_ENV = "TRITONPREP_REPORT_DIR"
 #: what the harness's servers change from the launcher's defaults (Triton's exit timeout stays its 30 s: a GPU
 #: repository with 4 instances of a model needed 13 s to unload on the H100, so 10 s cut its stop short)
-BENCH_OPTIONS: dict[str, Any] = {"cuda_memory_pool_mb": 2048}
+#: capacity is measured without the front queue's timeout (the overload phase serves the launcher's own options)
+BENCH_OPTIONS: dict[str, Any] = {"cuda_memory_pool_mb": 2048, "queue_timeout_ms": 0}
 _KILLED = re.compile(r"killed (\d+) leftover process")
 _FORCED = "SIGKILL to its process group"
 _MPS_END = re.compile(r"CUDA MPS: control daemon pid \S+ (quit|killed)")

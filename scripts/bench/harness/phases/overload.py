@@ -60,7 +60,8 @@ def sweep_key(setting_label: str, images_per_request: int) -> str:
 
 def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
     """One server (the shipped repository), a sweep per request size."""
-    with run.serve("overload", shipped_copy(run.work / "repo-overload"), setting) as srv:
+    # the shipped repository with the launcher's own options (its pool and queue timeout): what a deployment runs
+    with run.serve("overload", shipped_copy(run.work / "repo-overload"), setting, options={}) as srv:
         for n in SIZES:
             found = overload_sweep.sweep(srv.server.options.grpc_url, "classify", run.sets["500x375"], n, PLAN,
                                          log_path=srv.log_path, rss=lambda: memory(srv.server))  # fmt: skip
