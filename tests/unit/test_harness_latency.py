@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from scripts.bench.harness import breakdown, driver, engines
 from scripts.bench.harness.breakdown import ModelTimes
 from scripts.bench.harness.engines import EngineSampler
 from scripts.bench.harness.report import write_report
+from tests.unit.fake_smi import install_fake_smi
 from tritonprep.triton import profiling
 
 log = logging.getLogger(__name__)
@@ -274,12 +274,7 @@ esac
 
 @pytest.fixture
 def fake_dmon(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "nvidia-smi").write_text(FAKE_SMI)
-    (bin_dir / "nvidia-smi").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_SMI", str(tmp_path))
+    install_fake_smi(tmp_path, monkeypatch, FAKE_SMI)
     monkeypatch.setattr(EngineSampler, "working", 0)
     (tmp_path / "dmon.txt").write_text(DMON)
     return tmp_path

@@ -17,6 +17,7 @@ from scripts.bench.harness import gpu, sections, serving
 from scripts.bench.harness.goals import Goal, memory_goals, mps_goals
 from scripts.bench.harness.report import CSV_KEYS, write_report
 from scripts.bench.harness.summary import summary_lines
+from tests.unit.fake_smi import install_fake_smi
 
 FAKE_SMI = """#!/bin/sh
 case "$*" in
@@ -309,12 +310,7 @@ def test_server_memory_over_its_baseline_and_the_logs_tail(tmp_path):
 
 @pytest.fixture
 def fake_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "nvidia-smi").write_text(FAKE_SMI)
-    (bin_dir / "nvidia-smi").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_SMI", str(tmp_path))
+    install_fake_smi(tmp_path, monkeypatch, FAKE_SMI)
     return tmp_path
 
 

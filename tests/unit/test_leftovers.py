@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.fake_smi import install_fake_smi
 from tritonprep_testkit.leftovers import GpuSnapshot, gpu_leftovers, gpu_snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,12 +27,7 @@ esac
 @pytest.fixture
 def fake_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fake nvidia-smi first on PATH; write gpu.csv and apps.csv into the returned folder."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "nvidia-smi").write_text(FAKE)
-    (bin_dir / "nvidia-smi").chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("FAKE_SMI", str(tmp_path))
+    install_fake_smi(tmp_path, monkeypatch, FAKE)
     return tmp_path
 
 
