@@ -120,7 +120,7 @@ class Admission:
     @property
     def usable_bytes(self) -> int:
         """Bytes of the pool the plan fills, per GPU."""
-        return int((self.pool_mb << 20) * (1 - MARGIN))
+        return usable_bytes(self.pool_mb)
 
     @property
     def images_per_gpu(self) -> int:
@@ -148,6 +148,11 @@ class Admission:
             f"admission: CUDA pool {self.pool_mb} MiB per GPU holds {self.images_per_gpu} images between steps "
             f"({hops}; requests up to {self.largest_request} images); queue limits{per}: {queues}"
         )
+
+
+def usable_bytes(pool_mb: int) -> int:
+    """Bytes of a pool of ``pool_mb`` MiB that the plan fills, its margin left free."""
+    return int((pool_mb << 20) * (1 - MARGIN))
 
 
 def _steps(config: Any) -> list[Any]:
@@ -241,7 +246,7 @@ def plan(
 
     executing = sum(_instances(configs[p]) * batch_of(p) * b for p, b in out_bytes.items())
     executing += sum(_instances(configs[c]) * batch_of(c) * b for c, b in in_bytes.items())
-    usable = int((pool_mb << 20) * (1 - MARGIN))
+    usable = usable_bytes(pool_mb)
     # a consumer without a bound (max_queue_size 0) weighs as the largest bounded one (UNBOUNDED_WEIGHT if none)
     # and gets what fits
     bounded = [_asked_queue(configs[c]) for c in in_bytes if _asked_queue(configs[c])]
@@ -250,7 +255,7 @@ def plan(
     wanted = sum(asked[c] * per_request[c] for c in in_bytes)
     room = usable - executing
     if room < sum(per_request.values()):
-        need = -(-(executing + sum(per_request.values())) // int((1 << 20) * (1 - MARGIN)))
+        need = -(-(executing + sum(per_request.values())) // usable_bytes(1))
         raise ServerError(
             f"the CUDA memory pool of {pool_mb} MiB per GPU cannot hold the tensors the ensembles hand between "
             f"steps: {executing >> 20} MiB for the executing batches and one request of {request} images in each "
