@@ -118,11 +118,17 @@ class SharedPortServers:
         self.servers[k] = None
         return server.stop()
 
-    def kill(self, k: int) -> None:
-        """SIGKILL server ``k``'s tritonserver (as a crash would end it), then clean up after it."""
+    def kill(self, k: int, frozen_s: float = 0.0) -> None:
+        """SIGKILL server ``k``'s tritonserver (as a crash would end it), then clean up after it.
+
+        With ``frozen_s``, SIGSTOP it that long first: what clients send it meanwhile waits unanswered, so
+        requests are in flight on its connections when it dies (a kill between two requests breaks none)."""
         server = self.servers[k]
         if server is None or server.pid is None:
             raise RuntimeError(f"{self.ids[k]} does not run")
+        if frozen_s > 0:
+            os.kill(server.pid, signal.SIGSTOP)
+            time.sleep(frozen_s)
         os.kill(server.pid, signal.SIGKILL)
         self.stop(k)
 
