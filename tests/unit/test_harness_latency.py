@@ -1,12 +1,13 @@
 """The harness's ``latency`` phase, its pure parts (scripts/bench/harness/breakdown.py, engines.py): Triton's
 statistics per model version and their differences, the instances' profile lines, the c=1 breakdown and its
-table, ``nvidia-smi dmon``'s output (a fake nvidia-smi), the GPU section and the CUPTI kernel table. No GPU, no
-server."""
+table, ``nvidia-smi dmon``'s output (a fake nvidia-smi) and the samplers that read it (the ``gpus`` phase's
+too), the GPU section and the CUPTI kernel table. No GPU, no server."""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -292,6 +293,22 @@ def test_sampler_falls_back_to_fewer_metrics(fake_dmon):
     assert found["call"] == "dmon -s u -d 1 -c 6 --gpm-metrics 2,3"
     assert found["notes"] and "not supported" in found["notes"][0]
     assert EngineSampler.working == 1  # later samplers start with the call that worked
+
+
+def test_gpus_phase_utilization_from_the_sampler(fake_dmon):
+    """The ``gpus`` phase's per-GPU utilization is the engines sampler's ``sm`` means, every GPU in index order."""
+    import time
+
+    from scripts.bench.harness.phases.gpus import Utilization
+
+    with Utilization() as util:
+        deadline = time.monotonic() + 10
+        while len(util.sampler.samples) < 12 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    first, second = util.means().split(" ")
+    assert first.startswith("0:") and 50 < int(first[2:]) < 95 and second == "1:0", util.means()
+    assert 0 <= util.host_cpu_cores() <= (os.cpu_count() or 1)
+    assert Utilization().means() == ""  # nothing sampled
 
 
 def test_sampler_without_nvidia_smi(tmp_path, monkeypatch):

@@ -9,8 +9,9 @@ seconds), each concurrency slot on a connection of its own (``TRITON_CLIENT_GRPC
 that the kernel spreads them over the servers; the per-model statistics come from the host endpoint (every
 server's), perf_analyzer's own server columns from the one server its statistics connection reached. Each row
 records the load generator's CPU use (cores), the host's busy CPUs (every process) and each GPU's mean
-utilization during the measurement (``nvidia-smi``, sampled every half second). The servers' records give the
-launch to ready and the stop per count. The report's "GPU count" section puts the counts side by side against the goals.
+utilization during the measurement (``nvidia-smi dmon`` every second, :class:`..engines.EngineSampler`). The
+servers' records give the launch to ready and the stop per count. The report's "GPU count" section puts the
+counts side by side against the goals.
 """
 
 from __future__ import annotations
@@ -18,11 +19,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import threading
-from collections import defaultdict
-from dataclasses import dataclass, field
 
-from ..gpu import smi_text
+from ..engines import EngineSampler
+from ..engines import means as engine_means
 from ..repos import open_copy
 from ..run import Run
 from ..settings import Setting
@@ -65,17 +64,13 @@ def cpu_jiffies() -> tuple[int, int]:
     return sum(fields) - idle, sum(fields)
 
 
-@dataclass
 class Utilization:
-    """Each GPU's utilization (%), sampled by ``nvidia-smi`` every ``period`` s in a thread; the means per GPU; and
-    how many of the host's CPUs were busy meanwhile (/proc/stat)."""
+    """Each GPU's mean utilization while the ``with`` block runs (the ``sm`` column of
+    :class:`..engines.EngineSampler`, ``nvidia-smi dmon`` every second), and how many of the host's CPUs were busy
+    meanwhile (/proc/stat)."""
 
-    period: float = 0.5
-    samples: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
-
-    def __post_init__(self) -> None:
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="gpu-util")
+    def __init__(self) -> None:
+        self.sampler = EngineSampler()
         self._cpu0 = self._cpu1 = (0, 0)
 
     def host_cpu_cores(self) -> float:
@@ -83,26 +78,19 @@ class Utilization:
         busy, total = self._cpu1[0] - self._cpu0[0], self._cpu1[1] - self._cpu0[1]
         return round(busy / total * (os.cpu_count() or 1), 1) if total > 0 else 0.0
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            for line in smi_text("--query-gpu=index,utilization.gpu", "--format=csv,noheader,nounits").splitlines():
-                index, _, value = (v.strip() for v in line.partition(","))
-                if value.isdigit():
-                    self.samples[index].append(int(value))
-            self._stop.wait(self.period)
-
     def means(self) -> str:
-        """``0:97 1:95`` (GPU index: mean %), "" without samples."""
-        return " ".join(f"{i}:{sum(v) / len(v):.0f}" for i, v in sorted(self.samples.items()) if v)
+        """``0:97 1:95`` (GPU index: mean %, each GPU's first and last sample left out), "" without samples."""
+        by_gpu = engine_means(self.sampler.samples)
+        order = sorted(by_gpu, key=lambda gpu: (not gpu.isdigit(), int(gpu) if gpu.isdigit() else 0, gpu))
+        return " ".join(f"{gpu}:{by_gpu[gpu]['sm']:.0f}" for gpu in order if "sm" in by_gpu[gpu])
 
     def __enter__(self) -> Utilization:
         self._cpu0 = cpu_jiffies()
-        self._thread.start()
+        self.sampler.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+        self.sampler.__exit__(*exc)
         self._cpu1 = cpu_jiffies()
 
 
