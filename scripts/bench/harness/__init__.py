@@ -16,7 +16,7 @@ ready, stop, exit code, GPU memory sampled throughout):
   ONNX Runtime (:mod:`.phases.classify`);
 * ``fused``: ``classify_fused`` with each instance count of ``--fused-instances`` (:mod:`.phases.fused`);
 * ``instances``: instance counts per model (``--instances``) and MPS thread percentages
-  (``--mps-threads``), classify and classify_fused at 8 and 32 images/request (:mod:`.phases.instances`);
+  (``--mps-threads``), classify and classify_fused at 8 and 32 images/request and at c=1 (:mod:`.phases.instances`);
 * ``analyze``: decode once, serve two models (:mod:`.phases.analyze`);
 * ``soak``: constant load on ``prep_sink`` for ``--soak-seconds`` (:mod:`.phases.soak`);
 * ``startstop``: the default repository started ``--starts`` times: launch to ready, start-up breakdown,

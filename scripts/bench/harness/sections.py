@@ -156,22 +156,28 @@ def startstop_section(servers: list[dict]) -> list[str]:
 
 
 def instances_ranking(rows: list[dict], servers: list[dict], top: int = 5) -> list[str]:
-    """The instance counts ranked per setting and model by images/s at 8 plus 32 images/request."""
+    """The instance counts ranked per setting and model by images/s at 8 plus 32 images/request, each with its p50
+    at c=1 (one image a request) where measured, its server's peak GPU memory and launch to ready."""
     inst = [r for r in rows if r.get("kind") == "instances"]
     if not inst:
         return []
-    peaks = {(r.get("tag"), setting_of(r)): server_mib(r, "peak_mib") for r in servers}
-    out = ["", "## Instance counts (classify at 8 img/request c=64 and 32 c=16, one server each)", ""]
+    records = {(r.get("tag"), setting_of(r)): r for r in servers}
+    out = ["", "## Instance counts (by img/s at 8 img/request c=64 and 32 c=16, c=1 beside; one server each)", ""]
     groups: dict[tuple[str, str], dict[str, dict]] = {}
     for r in inst:
         key = (setting_of(r), r["model"])
         entry = groups.setdefault(key, {}).setdefault(r["config"], {"server": r.get("server")})
         entry[r["images_per_request"]] = r["images_per_s"]
+        if r["images_per_request"] == 1 and r.get("concurrency") == 1:
+            entry["p50_1"] = r.get("p50_ms")
     for (label, model), configs in groups.items():
         ranked = sorted(configs.items(), key=lambda kv: -(kv[1].get(8, 0) + kv[1].get(32, 0)))
         out.append(f"- {model} ({label}), best first:")
         for config, v in ranked[:top]:
-            peak = peaks.get((v["server"], label))
-            out.append(f"  - {config}: {v.get(8, 0):,.0f} img/s at 8, {v.get(32, 0):,.0f} at 32; "
-                       f"peak {_mib(peak)} MiB")  # fmt: skip
+            record = records.get((v["server"], label), {})
+            c1 = f", c=1 p50 {_ms(v['p50_1'])}" if "p50_1" in v else ""
+            ready = f", ready in {record['ready_s']:.1f} s" if record.get("ready_s") is not None else ""
+            peak = server_mib(record, "peak_mib") if record else None
+            out.append(f"  - {config}: {v.get(8, 0):,.0f} img/s at 8, {v.get(32, 0):,.0f} at 32{c1}; "
+                       f"peak {_mib(peak)} MiB{ready}")  # fmt: skip
     return out

@@ -9,8 +9,8 @@ or dropped) and of ``--classifier-turns`` (``shipped,off``: the classifier's ins
 GPU's network, as shipped, or running their networks side by side) and of ``--classifier-parameter``
 (``KEY=shipped,VALUE,...``: one more parameter of the classifier's configs, e.g. ``fuse_conv_bias=shipped,true``;
 ``classify_fused`` takes it as ``network.KEY`` where it declares that), and measures ``classify`` and
-``classify_fused`` (``--instance-models``) at 8 images/request (c=64) and 32 (c=16) on each. The report ranks
-the combinations per model.
+``classify_fused`` (``--instance-models``) at 8 images/request (c=64), 32 (c=16) and one image at c=1 on each. The
+report ranks the combinations per model by throughput, with each one's c=1 p50, peak memory and launch to ready.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from ..settings import Setting, instance_grid, instances_label, parse_instances,
 
 log = logging.getLogger("harness")
 
-#: (images per request, concurrencies) measured on each combination
-INSTANCE_POINTS = [(8, [64]), (32, [16])]
+#: (images per request, concurrencies) measured on each combination: throughput, and one image at c=1 (latency)
+INSTANCE_POINTS = [(8, [64]), (32, [16]), (1, [1])]
 MODELS = ("classify", "classify_fused")
 MPS_THREADS_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 _SHORT = {"preprocess": "p", "classifier": "c", "postprocess": "pp", "classify_fused": "f"}
