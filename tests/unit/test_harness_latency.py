@@ -197,7 +197,10 @@ def test_a_model_that_is_not_an_ensemble_is_its_own_step():
 
 def test_breakdown_table_and_report_section(tmp_path):
     found = classify_breakdown()
+    found["clocks"] = {"gpu": "0", "samples": 25.0, "sm_mhz": 1410.0, "sm_mhz_min": 1095.0, "max_sm_mhz": 1980.0}
     table = breakdown.breakdown_table(found)
+    assert "- while the timed requests ran: SM clock 1,410 MHz mean, lowest 1,095 (the GPU's top 1,980)" in table
+    assert not any("SM clock" in x for x in breakdown.breakdown_table(classify_breakdown()))  # not sampled: no line
     assert table[0] == "| step | ms | % of client p50 |"
     assert table[2].startswith("| client round trip, p50 of 401") and table[2].endswith("| 4.600 | 100.0 % |")
     assert any("perf_analyzer (C++ client) at c=1: p50 4.10 ms" in line for line in table)
@@ -295,6 +298,56 @@ def test_sampler_falls_back_to_fewer_metrics(fake_dmon):
     assert EngineSampler.working == 1  # later samplers start with the call that worked
 
 
+FAKE_CLOCKS_SMI = """#!/bin/sh
+case "$*" in
+  *clocks.sm*) cat "$FAKE_SMI/clocks.txt" ;;
+  *) exit 2 ;;
+esac
+"""
+
+
+def test_clocks_parsed_and_told():
+    assert engines.parse_clocks("0, 1755, 1980, 140.52\n1, 345, 1980, [N/A]\nbad line\n") == [
+        {"gpu": "0", "sm_mhz": 1755.0, "max_sm_mhz": 1980.0, "power_w": 140.52},
+        {"gpu": "1", "sm_mhz": 345.0, "max_sm_mhz": 1980.0},
+    ]
+    assert engines.clocks_text({"sm_mhz": 1755.4, "sm_mhz_min": 1410.0, "max_sm_mhz": 1980.0, "power_w": 140.5}) == (
+        "SM clock 1,755 MHz mean, lowest 1,410 (the GPU's top 1,980); 140 W"
+    )
+    assert engines.clocks_text({"sm_mhz": 1500.0}) == "SM clock 1,500 MHz mean"
+    assert engines.clocks_text({}) == "" and engines.clocks_text({"notes": ["x"]}) == ""
+
+
+def test_clock_sampler_reads_the_serving_gpu(tmp_path, monkeypatch):
+    """Every GPU is read; the result is the one drawing the most power, with its mean and lowest SM clock."""
+    import time
+
+    install_fake_smi(tmp_path, monkeypatch, FAKE_CLOCKS_SMI)
+    (tmp_path / "clocks.txt").write_text("0, 1200, 1980, 300\n1, 345, 1980, 70\n")
+    with engines.ClockSampler() as sampler:
+        deadline = time.monotonic() + 10
+        while len(sampler.samples) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (tmp_path / "clocks.txt").write_text("0, 1800, 1980, 320\n1, 345, 1980, 70\n")
+        while len(sampler.samples) < 8 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    found = sampler.result()
+    assert found["gpu"] == "0" and found["sm_mhz_min"] == 1200.0 and found["max_sm_mhz"] == 1980.0
+    assert 1200.0 < found["sm_mhz"] < 1800.0 and 300.0 < found["power_w"] < 320.0, found
+    assert found["samples"] >= 4 and found["notes"] == []
+
+
+def test_clock_sampler_without_an_answer(tmp_path, monkeypatch):
+    install_fake_smi(tmp_path, monkeypatch, FAKE_CLOCKS_SMI.replace('cat "$FAKE_SMI/clocks.txt"', "echo No devices"))
+    with engines.ClockSampler() as sampler:
+        sampler._thread.join(timeout=10)
+    assert sampler.samples == [] and sampler.result() == {"notes": ["no clocks from nvidia-smi: No devices"]}
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    with engines.ClockSampler() as sampler:
+        sampler._thread.join(timeout=10)
+    assert "no clocks from nvidia-smi" in sampler.result()["notes"][0]
+
+
 def test_gpus_phase_utilization_from_the_sampler(fake_dmon):
     """The ``gpus`` phase's per-GPU utilization is the engines sampler's ``sm`` means, every GPU in index order."""
     import time
@@ -332,12 +385,13 @@ def test_engines_section_beside_the_throughput():
               "notes": ["a note"]}  # fmt: skip
     rows = [gpu_profile_row("classify", 8, 64, 3400, values),
             gpu_profile_row("prep_sink", 32, 16, 9000, {"gpu": "0", "samples": 3.0, "sm": 50.0})]  # fmt: skip
+    rows[0]["clocks"] = {"gpu": "0", "samples": 40.0, "sm_mhz": 1980.0, "power_w": 500.0}
     lines = engines.engines_section(rows)
     assert lines[1] == "## The GPU under load"
     header = next(line for line in lines if line.startswith("| model"))
-    assert header.endswith("| sm % | mem % | jpg % | dec % | smutil % | nvjpg % | samples |")
-    assert "| classify | default | 8 | 64 | 3,400 | 20.00 | 92 | 41 | 51 | 0 | 61 | 22/20 | 14 |" in lines
-    assert "| prep_sink | default | 32 | 16 | 9,000 | 20.00 | 50 | - | - | - | - | - | 3 |" in lines
+    assert header.endswith("| sm % | mem % | jpg % | dec % | smutil % | nvjpg % | samples | SM MHz |")
+    assert "| classify | default | 8 | 64 | 3,400 | 20.00 | 92 | 41 | 51 | 0 | 61 | 22/20 | 14 | 1980 |" in lines
+    assert "| prep_sink | default | 32 | 16 | 9,000 | 20.00 | 50 | - | - | - | - | - | 3 | - |" in lines
     assert "- sampled with `nvidia-smi dmon -s u -d 1 -c 6 --gpm-metrics 2,3`" in lines and "- a note" in lines
     assert engines.engines_section([{"kind": "triton"}]) == []
     log.info("example GPU section:\n%s", "\n".join(lines))

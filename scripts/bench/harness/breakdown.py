@@ -26,6 +26,8 @@ import statistics
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .engines import clocks_text
+
 #: Triton's per-request duration counters (``inference_stats``) a model's time is split into
 PARTS = ("queue", "compute_input", "compute_infer", "compute_output")
 #: profile phases that lie inside another phase (a step's own timings), not beside read, the steps and respond
@@ -288,6 +290,9 @@ def breakdown_table(entry: dict[str, Any]) -> list[str]:
     if client:
         notes.append(f"this client: p90 {client.get('p90_ms', 0):.2f}, p99 {client.get('p99_ms', 0):.2f}, mean "
                      f"{client.get('mean_ms', 0):.2f} ms")  # fmt: skip
+    clocks = clocks_text(entry.get("clocks") or {})
+    if clocks:
+        notes.append(f"while the timed requests ran: {clocks}")
     request, composing = entry.get("request"), entry.get("composing") or []
     if request and composing:
         notes.append(

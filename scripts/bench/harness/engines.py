@@ -11,6 +11,10 @@ nvJPEG, batches of 64) jpg 68 %, nvjpg 66/0/59/59/59/59/59 %, sm 36 %, smutil 12
 without the per-engine ones, then without GPM, then ``--query-gpu`` (sm and mem only). The parser reads the
 columns from dmon's header, so columns a driver lacks are simply absent, and ``-`` (not available) is skipped.
 Without ``nvidia-smi`` there are no samples, never an error.
+
+Beside it, :class:`ClockSampler` reads the SM clock and the power draw five times a second
+(``--query-gpu=index,clocks.sm,clocks.max.sm,power.draw``): a GPU that idles between requests may run them below
+its top clock, which an image's time at c=1 would show, and a throughput point would not.
 """
 
 from __future__ import annotations
@@ -29,6 +33,11 @@ DMON_CALLS = [
     ["dmon", "-s", "u", "-d", "1", "-c", "6"],
 ]
 QUERY_CALL = ["--query-gpu=index,utilization.gpu,utilization.memory", "--format=csv,noheader,nounits"]
+CLOCKS_CALL = ["--query-gpu=index,clocks.sm,clocks.max.sm,power.draw", "--format=csv,noheader,nounits"]
+#: the fields of :data:`CLOCKS_CALL` after the index, by the names a sample gives them
+CLOCK_FIELDS = ("sm_mhz", "max_sm_mhz", "power_w")
+#: seconds between two clock readings
+CLOCK_PERIOD_S = 0.2
 #: the report's fixed columns, in order (dmon's names); any other column sampled follows them
 MAIN_COLUMNS = ("sm", "mem", "jpg", "dec")
 #: columns not worth a place in the report (always 0 for this work, or not utilization)
@@ -101,6 +110,24 @@ def parse_query(text: str) -> list[dict[str, Any]]:
     return samples
 
 
+def parse_clocks(text: str) -> list[dict[str, Any]]:
+    """The samples of :data:`CLOCKS_CALL` (csv, no header, no units): ``{"gpu", "sm_mhz", "max_sm_mhz", "power_w"}``,
+    a field nvidia-smi cannot read (``[N/A]``) left out."""
+    samples = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != 1 + len(CLOCK_FIELDS) or not parts[0].isdigit():
+            continue
+        sample: dict[str, Any] = {"gpu": parts[0]}
+        for name, value in zip(CLOCK_FIELDS, parts[1:]):
+            try:
+                sample[name] = float(value)
+            except ValueError:
+                pass
+        samples.append(sample)
+    return samples
+
+
 def means(samples: list[dict[str, Any]], trim: int = 1) -> dict[str, dict[str, float]]:
     """Per GPU: the mean of each column over its samples (``samples``: the count), the first and last ``trim``
     samples of each GPU left out where more than ``2 * trim`` remain (the load starting and stopping)."""
@@ -152,18 +179,22 @@ def compact(values: dict[str, Any]) -> str:
     return " ".join(f"{c} {v}" for c, v in cells(values).items())
 
 
-class EngineSampler:
-    """Samples every GPU's utilization with ``nvidia-smi`` in a thread while the ``with`` block runs (see the
-    module's description); :meth:`result` gives the busiest GPU's means."""
-
-    #: the sampling call that worked last (shared: later samplers start there)
-    working: int = 0
+class SmiSampler:
+    """A thread that samples with ``nvidia-smi`` while the ``with`` block runs: :meth:`_run` (a subclass's) calls
+    :meth:`_call` until :meth:`_stopped`; ``samples`` and ``notes`` (what went wrong) are read after the block."""
 
     def __init__(self) -> None:
         self.samples: list[dict[str, Any]] = []
         self.notes: list[str] = []
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="engine-sampler")
+        self._thread = threading.Thread(target=self._run, daemon=True, name=type(self).__name__)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def _stopped(self, wait_s: float = 0.0) -> bool:
+        """Whether the block ended (waiting up to ``wait_s`` for it)."""
+        return self._stop.wait(wait_s) if wait_s > 0 else self._stop.is_set()
 
     def _call(self, args: list[str], timeout_s: float = 20.0) -> tuple[int | None, str]:
         """``nvidia-smi ARGS``: (exit code or None if stopped or timed out, its output)."""
@@ -185,8 +216,24 @@ class EngineSampler:
             return None, out or ""
         return (proc.returncode if not self._stop.is_set() else None), out or ""
 
+    def __enter__(self) -> SmiSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class EngineSampler(SmiSampler):
+    """Samples every GPU's utilization with ``nvidia-smi`` in a thread while the ``with`` block runs (see the
+    module's description); :meth:`result` gives the busiest GPU's means."""
+
+    #: the sampling call that worked last (shared: later samplers start there)
+    working: int = 0
+
     def _run(self) -> None:
-        while not self._stop.is_set():
+        while not self._stopped():
             index = EngineSampler.working
             if index < len(DMON_CALLS):
                 code, out = self._call(DMON_CALLS[index])
@@ -194,7 +241,7 @@ class EngineSampler:
             else:
                 code, out = self._call(QUERY_CALL)
                 found = parse_query(out)
-                self._stop.wait(1.0)
+                self._stopped(1.0)
             self.samples += found
             if found or code is None:
                 continue
@@ -213,13 +260,46 @@ class EngineSampler:
         call = DMON_CALLS[EngineSampler.working] if EngineSampler.working < len(DMON_CALLS) else QUERY_CALL
         return {"gpu": gpu, **values, "call": " ".join(call), "notes": self.notes}
 
-    def __enter__(self) -> EngineSampler:
-        self._thread.start()
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+class ClockSampler(SmiSampler):
+    """Reads every GPU's SM clock and power draw every :data:`CLOCK_PERIOD_S` while the ``with`` block runs;
+    :meth:`result` gives the GPU that drew the most power (the one serving)."""
+
+    def _run(self) -> None:
+        while not self._stopped():
+            code, out = self._call(CLOCKS_CALL, timeout_s=10.0)
+            found = parse_clocks(out)
+            self.samples += found
+            if not found and code is not None:
+                self.notes.append(f"no clocks from nvidia-smi: {out.strip()[:200] or f'exit {code}'}")
+                return
+            self._stopped(CLOCK_PERIOD_S)
+
+    def result(self) -> dict[str, Any]:
+        """``{"gpu", "samples", "sm_mhz" (mean), "sm_mhz_min", "max_sm_mhz", "power_w" (mean), "notes"}``; ``{}``
+        without samples (``{"notes"}`` where something went wrong)."""
+        by_gpu = means(self.samples, trim=0)
+        if not by_gpu:
+            return {"notes": self.notes} if self.notes else {}
+        gpu = max(by_gpu, key=lambda g: by_gpu[g].get("power_w", 0.0))
+        lowest = [float(s["sm_mhz"]) for s in self.samples if str(s["gpu"]) == gpu and "sm_mhz" in s]
+        found = {"gpu": gpu, **by_gpu[gpu], "notes": self.notes}
+        if lowest:
+            found["sm_mhz_min"] = min(lowest)
+        return found
+
+
+def clocks_text(clocks: dict[str, Any]) -> str:
+    """``SM clock 1,755 MHz mean, lowest 1,410 (the GPU's top 1,980); 140 W`` of a :meth:`ClockSampler.result`;
+    "" without a clock reading."""
+    if "sm_mhz" not in clocks:
+        return ""
+    text = f"SM clock {clocks['sm_mhz']:,.0f} MHz mean"
+    if "sm_mhz_min" in clocks:
+        text += f", lowest {clocks['sm_mhz_min']:,.0f}"
+    if "max_sm_mhz" in clocks:
+        text += f" (the GPU's top {clocks['max_sm_mhz']:,.0f})"
+    return text + (f"; {clocks['power_w']:,.0f} W" if "power_w" in clocks else "")
 
 
 # ------------------------------------------------------------------------------------------- the report
@@ -229,7 +309,8 @@ ENGINES_NOTE = (
     "means the decoding ran as CUDA kernels on the SMs, or on the CPU); dec: NVDEC; with GPM (Hopper and later): "
     "smutil and smocc, the SMs' activity and occupancy; nvjpg: each NVJPG engine's activity, engine 0 first. jpg and "
     "nvjpg measure differently (an H100 under classify read jpg 81 % while each engine's activity was 26-34 %, and "
-    "engine 1 read 0 throughout): nvjpg says how much of each engine's capacity is in use."
+    "engine 1 read 0 throughout): nvjpg says how much of each engine's capacity is in use. SM MHz: the mean SM "
+    "clock (`nvidia-smi --query-gpu=clocks.sm`, five times a second)."
 )
 
 
@@ -247,7 +328,7 @@ def engines_section(rows: list[dict]) -> list[str]:
     shown = [cells(r.get("engines") or {}) for r in sampled]
     extra = [c for c in dict.fromkeys(c for s in shown for c in s) if c not in MAIN_COLUMNS]
     header = ["model", "setting", "img/req", "conc", "img/s", "p50 ms", *(f"{c} %" for c in (*MAIN_COLUMNS, *extra)),
-              "samples"]  # fmt: skip
+              "samples", "SM MHz"]  # fmt: skip
     lines = ["", "## The GPU under load", "", ENGINES_NOTE, "", "| " + " | ".join(header) + " |",
              "|" + "---|" * len(header)]  # fmt: skip
     notes: list[str] = []
@@ -256,6 +337,7 @@ def engines_section(rows: list[dict]) -> list[str]:
         row = [str(r.get(k, "")) for k in ("config", "setting", "images_per_request", "concurrency")]
         row += [f"{r.get('images_per_s', 0):,.0f}", f"{r.get('p50_ms', 0):.2f}"]
         row += [s.get(c, "-") for c in (*MAIN_COLUMNS, *extra)] + [_cell(e, "samples")]
+        row.append(_cell(r.get("clocks") or {}, "sm_mhz"))
         lines.append("| " + " | ".join(row) + " |")
         notes += [n for n in e.get("notes", []) if n not in notes]
     calls = sorted({r["engines"]["call"] for r in sampled if r.get("engines", {}).get("call")})

@@ -8,11 +8,12 @@ instance logs its phases every :data:`PROFILE_INTERVAL_S` seconds):
   the other: :data:`WARM_S` seconds, ``--latency-requests`` timed requests between two snapshots of Triton's
   statistics (every model version), then :data:`WARM_S` seconds more so that every instance logs the window's
   last interval. The round trips, the statistics' differences and the instances' profile lines of the window
-  make the breakdown (:mod:`..breakdown`), in ``summary["latency"][setting][model]``;
+  make the breakdown (:mod:`..breakdown`), in ``summary["latency"][setting][model]``, with the SM clock and
+  power the timed requests ran at (:class:`..engines.ClockSampler`);
 * the same models at the goals' throughput points of 8 and 32 images/request (:data:`LOAD_POINTS`), each with
   ``nvidia-smi dmon`` sampling the GPU every second (:mod:`..engines`): rows of kind ``gpu_profile`` with the
   means of the SMs, memory, the JPEG engines (``jpg``), NVDEC and, on Hopper, GPM's SM activity and occupancy
-  and each NVJPG engine.
+  and each NVJPG engine, and the SM clock.
 
 Once per run: with ``--gpu-time FILE`` (scripts.bench.gpu_time's JSON lines, ``STEPS=gputime`` of
 scripts/device/gpu_full.sh), its ``kernels`` rows go into the summary for the report's kernel table.
@@ -31,7 +32,7 @@ from typing import Any
 from tritonprep.triton.profiling import INTERVAL_ENV
 
 from .. import breakdown, serving
-from ..engines import EngineSampler, compact
+from ..engines import ClockSampler, EngineSampler, compact
 from ..repos import make_repo
 from ..run import Run
 from ..settings import Setting
@@ -120,7 +121,8 @@ def one_model(run: Run, srv: serving.Served, model: str, requests: int) -> dict[
         offset = srv.log_path.stat().st_size if srv.log_path.is_file() else 0
         client.keep_sending(WARM_S)
         before = client.statistics()
-        times = [client.send() for _ in range(requests)]
+        with ClockSampler() as clocks:
+            times = [client.send() for _ in range(requests)]
         after = client.statistics()
         client.keep_sending(WARM_S)
     finally:
@@ -134,6 +136,7 @@ def one_model(run: Run, srv: serving.Served, model: str, requests: int) -> dict[
     composing = breakdown.resolve(steps, before, after)
     entry = breakdown.breakdown(model, times, own, composing, breakdown.profile_per_request(lines),
                                 pa[0].p50_ms if pa else None)  # fmt: skip
+    entry["clocks"] = clocks.result()
     log.info("latency %s (%s): client p50 %.2f ms, server %.2f ms; %s", model, srv.setting.label,
              entry["client"]["p50_ms"], own.request_ms,
              "; ".join(f"{label} {ms:.2f}" for label, ms, level in entry["rows"] if level == 2))  # fmt: skip
@@ -155,13 +158,14 @@ def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
             run.save()
         for n, conc in LOAD_POINTS:
             for model in MODELS:
-                with EngineSampler() as sampler:
+                with EngineSampler() as sampler, ClockSampler() as clocks:
                     res = run.measure(srv, model, [n], [conc])
                 engines = sampler.result()
                 for r in res:
                     run.rows.append({"kind": "gpu_profile", "config": model, "size": "500x375",
                                      **srv.setting.row_fields(), "server": srv.tag, "engines": engines,
-                                     "gpu_util": compact(engines), **asdict(r)})  # fmt: skip
+                                     "clocks": clocks.result(), "gpu_util": compact(engines),
+                                     **asdict(r)})  # fmt: skip
                     log.info("gpu_profile %s b%d c%d: %.0f img/s; GPU %s", model, n, conc, r.images_per_s,
                              compact(engines) or "not sampled")  # fmt: skip
                 run.save()
