@@ -24,13 +24,25 @@ def config(text: str) -> model_config_pb2.ModelConfig:
 
 
 def pool_holding(a: admission.Admission, configs: dict) -> int:
-    """The bytes the worst case holds in one GPU's pool: the executing batches, and every consumer's queue full
-    of the largest requests."""
-    per_image: dict[str, int] = {}
-    for h in a.hops:
-        per_image[h.consumer] = per_image.get(h.consumer, 0) + h.bytes_per_image
-    queued = sum((a.queue(c).max_queue_size // a.gpus) * a.largest_request * b for c, b in per_image.items())
-    return a.executing_bytes + queued
+    """The bytes the worst case holds in one GPU's pool, from the served configs themselves (``a`` applied to a
+    copy): every instance of a producer executing its largest batch, every instance of a consumer too, and every
+    consumer's queue full of the largest requests. Each handed tensor counts once, however many ensembles hand it."""
+    served = {}
+    for name, c in configs.items():
+        served[name] = model_config_pb2.ModelConfig()
+        served[name].CopyFrom(c)
+        admission.apply(served[name], name, a)
+    outputs = {(h.producer, h.output): h.bytes_per_image for h in a.hops}
+    inputs = {(h.consumer, h.input): h.bytes_per_image for h in a.hops}
+
+    def instances(name: str) -> int:
+        return sum(g.count for g in served[name].instance_group)
+
+    held = sum(instances(p) * served[p].max_batch_size * b for (p, _), b in outputs.items())
+    for (c, _), b in inputs.items():
+        queue = served[c].dynamic_batching.default_queue_policy.max_queue_size // a.gpus
+        held += (instances(c) * served[c].max_batch_size + queue * a.largest_request) * b
+    return held
 
 
 def shipped() -> dict[str, model_config_pb2.ModelConfig]:
@@ -88,32 +100,117 @@ def test_each_gpu_of_one_server_adds_its_pool_to_the_queues():
         assert three.queue(q.model).max_queue_size == 3 * q.max_queue_size
 
 
-def test_fp16_between_steps_halves_the_bytes_and_doubles_the_images():
-    def repo(data_type: str) -> dict:
-        return {
-            "pre": config(
-                f'name: "pre" backend: "python" max_batch_size: 64 instance_group [{{count: 1 kind: KIND_GPU}}]'
-                f' output [{{name: "X" data_type: {data_type} dims: [3, 224, 224]}}]'
-            ),
-            "net": config(
-                f'name: "net" backend: "python" max_batch_size: 64 instance_group [{{count: 1 kind: KIND_GPU}}]'
-                f' input [{{name: "x" data_type: {data_type} dims: [3, 224, 224]}}]'
-                " dynamic_batching { default_queue_policy { max_queue_size: 1000 } }"
-            ),
-            "ens": config(
-                'name: "ens" platform: "ensemble" max_batch_size: 16 ensemble_scheduling { step ['
-                '{model_name: "pre" model_version: -1 input_map {key: "I" value: "I"}'
-                ' output_map {key: "X" value: "t"}},'
-                '{model_name: "net" model_version: -1 input_map {key: "x" value: "t"}'
-                ' output_map {key: "Y" value: "Y"}}]}'
-            ),
-        }
+def tiny_repo(
+    data_type: str = "TYPE_FP16",
+    pre_batch: int = 64,
+    net: str = "max_batch_size: 64 dynamic_batching { default_queue_policy { max_queue_size: 1000 } }",
+    ens_batch: int = 16,
+    pre: str = "",
+    dims: str = "3, 224, 224",
+) -> dict[str, model_config_pb2.ModelConfig]:
+    """An ensemble ``ens`` of a GPU producer ``pre`` (``pre``: more of its config) and a consumer ``net`` (``net``:
+    its batching and scheduling) handing one tensor ``dims`` of ``data_type`` per image."""
+    return {
+        "pre": config(
+            f'name: "pre" backend: "python" max_batch_size: {pre_batch} instance_group [{{count: 1 kind: KIND_GPU}}]'
+            f' output [{{name: "X" data_type: {data_type} dims: [{dims}]}}] {pre}'
+        ),
+        "net": config(
+            f'name: "net" backend: "python" instance_group [{{count: 1 kind: KIND_GPU}}]'
+            f' input [{{name: "x" data_type: {data_type} dims: [{dims}]}}] {net}'
+        ),
+        "ens": config(
+            f'name: "ens" platform: "ensemble" max_batch_size: {ens_batch} ensemble_scheduling {{ step ['
+            '{model_name: "pre" model_version: -1 input_map {key: "I" value: "I"}'
+            ' output_map {key: "X" value: "t"}},'
+            '{model_name: "net" model_version: -1 input_map {key: "x" value: "t"}'
+            ' output_map {key: "Y" value: "Y"}}]}'
+        ),
+    }
 
-    fp32, fp16 = (admission.plan(repo(t), 512, 1, GPU_KINDS) for t in ("TYPE_FP32", "TYPE_FP16"))
+
+def test_fp16_between_steps_halves_the_bytes_and_doubles_the_images():
+    fp32, fp16 = (admission.plan(tiny_repo(t), 512, 1, GPU_KINDS) for t in ("TYPE_FP32", "TYPE_FP16"))
     assert fp32.hops[0].bytes_per_image == 3 * 224 * 224 * 4 == 2 * fp16.hops[0].bytes_per_image
     assert fp16.images_per_gpu == 2 * fp32.images_per_gpu
     assert fp16.largest_request == 16 and fp16.max_batch == {"pre": (16, 64)}
     assert fp16.queue("net").max_queue_size >= 2 * fp32.queue("net").max_queue_size
+
+
+def served_configs(configs: dict, a: admission.Admission) -> dict:
+    for name, c in configs.items():
+        admission.apply(c, name, a)
+    return configs
+
+
+def test_no_step_is_left_below_its_ensembles_largest_request():
+    """Triton refuses an ensemble whose max_batch_size is over a step's: a consumer keeps at least the largest
+    request, above its largest preferred batch where the request is larger (max_images_per_request 256)."""
+    configs = shipped()
+    configs["preprocess"].parameters["max_images_per_request"].string_value = "256"
+    a = admission.plan(configs, 4096, 1, GPU_KINDS)
+    assert a.largest_request == 256 and "classifier" not in a.max_batch  # its 256 stays (preferred: 128)
+    preferred = tiny_repo(net="max_batch_size: 64 dynamic_batching { preferred_batch_size: [8, 32] }", ens_batch=64)
+    b = admission.plan(preferred, 512, 1, GPU_KINDS)
+    assert b.largest_request == 64 and "net" not in b.max_batch
+    for case in (served_configs(configs, a), served_configs(preferred, b)):
+        for c in case.values():
+            for step in c.ensemble_scheduling.step:
+                assert c.max_batch_size <= case[step.model_name].max_batch_size, (c.name, step.model_name)
+
+
+def test_a_batching_consumer_without_dynamic_batching_gets_it_with_its_bound():
+    configs = tiny_repo(net="max_batch_size: 64")
+    a = admission.plan(configs, 512, 1, GPU_KINDS)
+    q = a.queue("net")
+    assert q.role == "consumer" and q.asked == 0 and q.max_queue_size >= 1
+    assert admission.apply(configs["net"], "net", a)
+    assert configs["net"].dynamic_batching.default_queue_policy.max_queue_size == q.max_queue_size
+    assert pool_holding(a, tiny_repo(net="max_batch_size: 64")) <= a.usable_bytes
+
+
+def test_a_consumer_triton_cannot_bound_is_shown_unbounded_and_left_as_it_is():
+    for net in ("max_batch_size: 0", "max_batch_size: 8 sequence_batching {}"):
+        configs = tiny_repo(net=net, dims="1, 3, 224, 224" if "0" in net else "3, 224, 224")
+        a = admission.plan(configs, 512, 1, GPU_KINDS)
+        assert a.queue("net").role == "unbounded" and "net unbounded" in a.describe(), net
+        before = configs["net"].SerializeToString()
+        admission.apply(configs["net"], "net", a)
+        assert configs["net"].SerializeToString() == before
+
+
+def test_models_that_do_not_batch_plan_one_tensor_a_request():
+    """max_batch_size 0 everywhere: one request is one tensor (its dims hold the images), no division by 0."""
+    queue = "max_batch_size: 0 dynamic_batching { default_queue_policy { max_queue_size: 4 } }"
+    configs = tiny_repo(pre_batch=0, ens_batch=0, dims="8, 3, 224, 224", net=queue)
+    a = admission.plan(configs, 512, 1, GPU_KINDS)
+    tensor = 8 * 3 * 224 * 224 * 2
+    assert a.largest_request == 1 and a.executing_bytes == 2 * tensor  # one execution of each, one tensor each
+    assert a.queue("net").max_queue_size == 4 and a.images_per_gpu == a.usable_bytes // tensor
+
+
+def test_the_first_request_of_each_queue_is_reserved_before_the_shares():
+    """A consumer whose config asks a queue of 1 gets it on top of the others' shares, never beyond the pool."""
+    for pool_mb in range(330, 2000, 37):
+        configs = shipped()
+        configs["embedder"].dynamic_batching.default_queue_policy.max_queue_size = 1
+        try:
+            a = admission.plan(configs, pool_mb, 1, GPU_KINDS)
+        except ServerError:
+            continue
+        assert a.queue("embedder").max_queue_size == 1
+        assert pool_holding(a, configs) <= a.usable_bytes, pool_mb
+
+
+def test_instances_count_per_gpu_whatever_gpus_their_group_names():
+    pinned = tiny_repo(pre="instance_group [{count: 2 kind: KIND_GPU gpus: [0, 1]}]")
+    pinned["pre"].instance_group.pop(0)  # the builder's group; the pinned one stays
+    plain = tiny_repo(pre="instance_group [{count: 2 kind: KIND_GPU}]")
+    plain["pre"].instance_group.pop(0)
+    assert (
+        admission.plan(pinned, 512, 2, GPU_KINDS).executing_bytes
+        == admission.plan(plain, 512, 2, GPU_KINDS).executing_bytes
+    )
 
 
 def test_a_pool_too_small_is_refused_with_the_size_that_fits():
@@ -172,3 +269,14 @@ def test_a_front_timeout_bounds_the_wait_in_the_first_queue_only():
     assert "preprocess 64 (0.05 s timeout)" in a.describe()
     kept = admission.plan(shipped(), 1536, 1, GPU_KINDS)  # None: the configs' own (2 s)
     assert kept.queue("preprocess").timeout_us == 2_000_000
+    unbounded = shipped()  # a front queue without a size limit still gets the timeout
+    unbounded["preprocess"].dynamic_batching.default_queue_policy.max_queue_size = 0
+    front = admission.plan(unbounded, 1536, 1, GPU_KINDS, front_timeout_ms=50).queue("preprocess")
+    assert front.max_queue_size == 0 and front.timeout_us == 50_000
+
+
+def test_a_negative_queue_timeout_is_refused_with_the_option_named():
+    from tritonprep.launcher.options import ServerOptions
+
+    with pytest.raises(ServerError, match="--queue-timeout-ms"):
+        ServerOptions(queue_timeout_ms=-5)

@@ -16,13 +16,18 @@ where R, the largest request, is the ensembles' ``max_batch_size`` capped by the
 
 * caps each producer's ``max_batch_size`` (and every ensemble's that runs it) at R: a request of more images is
   refused at once by Triton, as the producer would refuse it anyway;
-* caps each consumer's ``max_batch_size`` at its largest ``preferred_batch_size`` (batches beyond it run as
-  the same chunks, only later);
-* gives each consumer the largest ``max_queue_size`` up to its config's that fits, the pool's room shared in
-  proportion to what the configs ask; a request over a full queue is refused at once with Triton's
-  "Exceeds maximum queue size" (gRPC UNAVAILABLE, HTTP 503), never accepted and then failed inside;
+* caps each consumer's ``max_batch_size`` at its largest ``preferred_batch_size``, never below R (batches beyond
+  it run as the same chunks, only later; an ensemble's steps must take its largest request);
+* gives each consumer the largest ``max_queue_size`` up to its config's that fits: one request each first, then
+  the pool's room shared in proportion to what the configs ask (a batching consumer without dynamic batching
+  gets it, with its queue policy); a request over a full queue is refused with Triton's "Exceeds maximum queue
+  size" (gRPC UNAVAILABLE, HTTP 503): at the front queue before anything ran, at a consumer's after the steps
+  before it ran (Triton 2.51 has no ensemble-wide bound), never failed inside. A consumer Triton cannot queue
+  with a bound (``max_batch_size`` 0 without dynamic batching, sequence batching, a nested ensemble) is shown as
+  unbounded;
 * with ``--queue-timeout-ms``, refuses a request that waited longer than that in the front queue (Triton's
-  "Request timeout expired", the same status), which bounds the latency of the admitted ones;
+  "Request timeout expired", the same status), which bounds the latency of the admitted ones (where the front
+  model has dynamic batching to carry it, also with an unbounded queue);
 * multiplies every queue by the GPUs one server serves (``--servers one`` over N GPUs: each GPU has its pool
   and instances; the queues are the server's).
 
@@ -87,6 +92,8 @@ class Hop:
     consumer: str
     input: str
     bytes_per_image: int
+    #: the ensemble whose steps they are
+    ensemble: str = ""
 
 
 @dataclass(frozen=True)
@@ -97,7 +104,8 @@ class Queue:
     max_queue_size: int
     #: the config's own
     asked: int
-    #: "consumer" (its queue holds tensors in the pool) or "front" (the first step of an ensemble)
+    #: "consumer" (its queue holds tensors in the pool), "front" (the first step of an ensemble) or "unbounded"
+    #: (a consumer Triton cannot bound: no dynamic batching at max_batch_size 0, sequence batching, an ensemble)
     role: str
     timeout_us: int = 0
 
@@ -123,9 +131,19 @@ class Admission:
         return usable_bytes(self.pool_mb)
 
     @property
+    def bytes_per_image(self) -> int:
+        """Bytes one image holds between steps in the ensemble that hands the most (``analyze``: its pixels for
+        the classifier and for the embedder)."""
+        per: dict[str, dict[tuple[str, str], int]] = defaultdict(dict)
+        for h in self.hops:
+            per[h.ensemble][(h.producer, h.output)] = h.bytes_per_image
+        return max((sum(tensors.values()) for tensors in per.values()), default=0)
+
+    @property
     def images_per_gpu(self) -> int:
-        """Images whose tensors between steps the pool holds at once, per GPU (the largest hop's size)."""
-        largest = max((h.bytes_per_image for h in self.hops), default=0)
+        """Images whose tensors between steps the pool holds at once, per GPU (of the ensemble that hands the
+        most per image)."""
+        largest = self.bytes_per_image
         return self.usable_bytes // largest if largest else 0
 
     def queue(self, model: str) -> Queue | None:
@@ -138,15 +156,16 @@ class Admission:
             return "admission: no GPU tensors between ensemble steps; queues as configured"
         hops = ", ".join(sorted({f"{h.producer}.{h.output} {h.bytes_per_image / 1024:.0f} KiB" for h in self.hops}))
         queues = ", ".join(
-            f"{q.model} {q.max_queue_size}"
-            + (f" [config: {q.asked}]" if q.max_queue_size != q.asked else "")
+            (f"{q.model} unbounded" if q.role == "unbounded" else f"{q.model} {q.max_queue_size or 'unbounded'}")
+            + (f" [config: {q.asked}]" if q.max_queue_size != q.asked and q.role != "unbounded" else "")
             + (f" ({q.timeout_us / 1e6:g} s timeout)" if q.timeout_us else "")
             for q in self.queues
         )
         per = f" per GPU x {self.gpus}" if self.gpus > 1 else ""
         return (
             f"admission: CUDA pool {self.pool_mb} MiB per GPU holds {self.images_per_gpu} images between steps "
-            f"({hops}; requests up to {self.largest_request} images); queue limits{per}: {queues}"
+            f"({hops}; {self.bytes_per_image / 1024:.0f} KiB an image at most; requests up to "
+            f"{self.largest_request} images); queue limits{per}: {queues}"
         )
 
 
@@ -165,7 +184,15 @@ def _gpu_model(config: Any, gpu_kinds: tuple[int, ...]) -> bool:
 
 
 def _instances(config: Any) -> int:
-    return sum(max(g.count, 1) * max(len(g.gpus), 1) for g in config.instance_group) or 1
+    """Instances per GPU: each group's count (Triton makes that many on each GPU the group names or sees)."""
+    return sum(max(g.count, 1) for g in config.instance_group) or 1
+
+
+def _queueable(config: Any) -> bool:
+    """Whether Triton can bound the model's queue: dynamic batching, or a batching model it can be given to."""
+    if config.platform == "ensemble" or config.HasField("sequence_batching"):
+        return False
+    return config.HasField("dynamic_batching") or config.max_batch_size > 0
 
 
 def hops_of(configs: Mapping[str, Any], gpu_kinds: tuple[int, ...]) -> list[Hop]:
@@ -187,7 +214,7 @@ def hops_of(configs: Mapping[str, Any], gpu_kinds: tuple[int, ...]) -> list[Hop]
                 declared = next((o for o in source.output if o.name == output), None)
                 size = tensor_bytes(source, declared) if declared is not None else None
                 if size:
-                    found.add(Hop(producer, output, step.model_name, model_input, size))
+                    found.add(Hop(producer, output, step.model_name, model_input, size, config.name))
     return sorted(found, key=lambda h: (h.producer, h.output, h.consumer))
 
 
@@ -200,7 +227,7 @@ def _request_cap(configs: Mapping[str, Any], hops: list[Hop]) -> int:
         if REQUEST_CAP_PARAM in params and params[REQUEST_CAP_PARAM].string_value.strip().isdigit():
             cap = int(params[REQUEST_CAP_PARAM].string_value)
             largest = min(largest, cap) if largest else cap
-    return largest or max(configs[h.producer].max_batch_size for h in hops)
+    return max(1, largest or max(configs[h.producer].max_batch_size for h in hops))
 
 
 def _consumer_batch(config: Any) -> int:
@@ -237,36 +264,41 @@ def plan(
         if runs & set(max_batch) and config.max_batch_size > request:
             max_batch[name] = (request, config.max_batch_size)
     for consumer in in_bytes:
-        batch = _consumer_batch(configs[consumer])
-        if batch < configs[consumer].max_batch_size and consumer not in max_batch:
-            max_batch[consumer] = (batch, configs[consumer].max_batch_size)
+        config = configs[consumer]
+        batch = min(config.max_batch_size, max(_consumer_batch(config), request))  # the ensemble's request fits
+        if batch < config.max_batch_size and consumer not in max_batch:
+            max_batch[consumer] = (batch, config.max_batch_size)
 
-    def batch_of(model: str) -> int:
-        return max_batch[model][0] if model in max_batch else configs[model].max_batch_size
+    def batch_of(model: str) -> int:  # images (requests, at max_batch_size 0) one execution holds
+        return max(1, max_batch[model][0] if model in max_batch else configs[model].max_batch_size)
 
     executing = sum(_instances(configs[p]) * batch_of(p) * b for p, b in out_bytes.items())
     executing += sum(_instances(configs[c]) * batch_of(c) * b for c, b in in_bytes.items())
     usable = usable_bytes(pool_mb)
-    # a consumer without a bound (max_queue_size 0) weighs as the largest bounded one (UNBOUNDED_WEIGHT if none)
-    # and gets what fits
-    bounded = [_asked_queue(configs[c]) for c in in_bytes if _asked_queue(configs[c])]
-    asked = {c: _asked_queue(configs[c]) or max(bounded, default=UNBOUNDED_WEIGHT) for c in in_bytes}
-    per_request = {c: request * b for c, b in in_bytes.items()}
-    wanted = sum(asked[c] * per_request[c] for c in in_bytes)
-    room = usable - executing
-    if room < sum(per_request.values()):
+    # the consumers whose queues can be bounded; a consumer without a bound (max_queue_size 0) weighs as the
+    # largest bounded one (UNBOUNDED_WEIGHT if none) and gets what fits
+    bound = sorted(c for c in in_bytes if _queueable(configs[c]))
+    bounded = [_asked_queue(configs[c]) for c in bound if _asked_queue(configs[c])]
+    asked = {c: _asked_queue(configs[c]) or max(bounded, default=UNBOUNDED_WEIGHT) for c in bound}
+    # one queued request of a consumer: the largest request's images (one tensor at max_batch_size 0)
+    per_request = {c: (request if configs[c].max_batch_size else 1) * in_bytes[c] for c in bound}
+    room = usable - executing - sum(per_request.values())  # one request in each queue first
+    if room < 0:
         need = -(-(executing + sum(per_request.values())) // usable_bytes(1))
         raise ServerError(
             f"the CUDA memory pool of {pool_mb} MiB per GPU cannot hold the tensors the ensembles hand between "
             f"steps: {executing >> 20} MiB for the executing batches and one request of {request} images in each "
-            f"of {', '.join(sorted(in_bytes))}'s queues; raise --cuda-memory-pool-mb to at least {need}"
+            f"of {', '.join(bound) or 'no'} queue(s); raise --cuda-memory-pool-mb to at least {need}"
         )
+    wanted = sum((asked[c] - 1) * per_request[c] for c in bound)
     queues = []
-    for consumer in sorted(in_bytes):
-        share = room * asked[consumer] * per_request[consumer] / wanted if wanted else room
-        size = max(1, min(asked[consumer], int(share // per_request[consumer])))
+    for consumer in bound:
+        share = room * (asked[consumer] - 1) * per_request[consumer] / wanted if wanted else 0
+        size = min(asked[consumer], 1 + int(share // per_request[consumer]))
         config = configs[consumer]
         queues.append(Queue(consumer, size * gpus, _asked_queue(config), "consumer", _timeout(config)))
+    for consumer in sorted(set(in_bytes) - set(bound)):
+        queues.append(Queue(consumer, 0, _asked_queue(configs[consumer]), "unbounded"))
     fronts = {
         s.model_name
         for c in configs.values()
@@ -275,8 +307,8 @@ def plan(
     }
     for front in sorted(fronts):
         size = _asked_queue(configs[front])
-        if size:
-            timeout = front_timeout_ms * 1000 if front_timeout_ms else _timeout(configs[front])
+        timeout = front_timeout_ms * 1000 if front_timeout_ms else _timeout(configs[front])
+        if configs[front].HasField("dynamic_batching") and (size or timeout):
             queues.append(Queue(front, size * gpus, size, "front", timeout))
     return Admission(pool_mb, gpus, request, tuple(hops), executing, tuple(queues), max_batch)
 
@@ -301,7 +333,10 @@ def apply(config: Any, model: str, admission: Admission) -> bool:
         config.max_batch_size = admission.max_batch[model][0]
         changed = True
     q = admission.queue(model)
-    if q is not None and config.HasField("dynamic_batching"):
+    if q is not None and q.role != "unbounded":
+        if not config.HasField("dynamic_batching"):  # a batching consumer (plan): its queue needs the policy
+            config.dynamic_batching.SetInParent()
+            changed = True
         policy = config.dynamic_batching.default_queue_policy
         if policy.max_queue_size != q.max_queue_size:
             policy.max_queue_size = q.max_queue_size

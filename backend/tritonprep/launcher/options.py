@@ -98,6 +98,11 @@ class ServerOptions:
         if self.mps not in MPS_MODES:
             raise ServerError(f"mps must be one of {', '.join(MPS_MODES)}, got {self.mps!r}")
         parse_budget(self.gpu_memory_budget)  # a ServerError naming the value if it is not one
+        if self.queue_timeout_ms < 0:
+            raise ServerError(
+                f"queue_timeout_ms (--queue-timeout-ms) must be 0 (the configs' timeouts) or more, "
+                f"got {self.queue_timeout_ms}"
+            )
         if self.servers not in SERVER_LAYOUTS:
             raise ServerError(f"servers must be one of {', '.join(SERVER_LAYOUTS)}, got {self.servers!r}")
         for name in ("admin_header", "admin_key"):
