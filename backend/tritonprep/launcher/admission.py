@@ -12,7 +12,8 @@ pageable host memory, which a Python-backend stub cannot read: the request fails
                                                       of its inputs per image
 
 where R, the largest request, is the ensembles' ``max_batch_size`` capped by the producer's
-``max_images_per_request``. The plan:
+``max_images_per_request`` (one R for the whole repository: the smallest cap where producers set several). The
+plan:
 
 * caps each producer's ``max_batch_size`` (and every ensemble's that runs it) at R: a request of more images is
   refused at once by Triton, as the producer would refuse it anyway;
