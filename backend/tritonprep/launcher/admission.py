@@ -30,7 +30,9 @@ plan:
   "Request timeout expired", the same status), which bounds the latency of the admitted ones (where the front
   model has dynamic batching to carry it, also with an unbounded queue);
 * multiplies every queue by the GPUs one server serves (``--servers one`` over N GPUs: each GPU has its pool
-  and instances; the queues are the server's).
+  and instances; the queues are the server's, and the bound assumes Triton spreads the executions over the GPUs,
+  as it does under load; a model pinned to some GPUs by its instance group is counted as if on each). The
+  default, a server per GPU, has no such assumption.
 
 If the pool cannot hold even one request in each consumer's queue, :func:`plan` refuses with a
 :class:`ServerError` that says what pool would.
