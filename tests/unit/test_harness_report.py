@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from scripts.bench.harness import gpu, sections, serving
-from scripts.bench.harness.goals import Goal, memory_goals, mps_goals
+from scripts.bench.harness.goals import Goal, memory_goals, mps_goals, pace_goals
 from scripts.bench.harness.report import CSV_KEYS, write_report
 from scripts.bench.harness.summary import summary_lines
 from tests.unit.fake_smi import install_fake_smi
@@ -63,9 +63,14 @@ def by_name(goals: list[Goal]) -> dict[str, Goal]:
     return {g.name: g for g in goals}
 
 
-def test_mps_goals_are_ratios_against_their_references():
+def run_goals(rows: list[dict], summary: dict) -> dict[str, Goal]:
+    """The pace and MPS goals of a run, by name."""
+    return by_name([*pace_goals(rows, summary), *mps_goals(rows, summary)])
+
+
+def test_pace_and_mps_goals_are_ratios_against_their_references():
     rows, summary = mps_run()
-    goals = by_name(mps_goals(rows, summary))
+    goals = run_goals(rows, summary)
     g = goals["classify 8 img/request c=64, mps on / mps off"]
     assert g.value == pytest.approx(1.8) and g.met
     g = goals["classify 8 img/request c=64 (mps on) / the classifier alone at batch 64"]
@@ -81,13 +86,20 @@ def test_mps_goals_are_ratios_against_their_references():
     assert not any(name.startswith("classify") and "(mps off)" in name for name in goals)  # judged with MPS on
     g = goals["prep_sink 32 img/request (mps off, best c) / DALI best"]  # the preprocessing: in every setting
     assert g.value == pytest.approx(1.0) and g.met is False
+    g = goals["classify 8 img/request c=64 (mps on) / the classifier alone at batch 64"]
+    assert g.target == 0.85 and goals["prep_sink 32 img/request (mps on, best c) / the decode ceiling"].target == 0.8
+    g = goals["classify c=1 p50 (mps on)"]  # 3.0 ms against 2.5
+    assert g.value == 3.0 and g.met is False and "goal <= 2.50 ms" in g.line()
+    assert goals["classify_fused c=1 p50 (mps on)"].met is None  # not measured in this run
+    rows.append(triton_row("mps on", "classify_fused", 1, 1, 500, p50=1.9))
+    assert run_goals(rows, summary)["classify_fused c=1 p50 (mps on)"].met
 
 
 def test_goals_not_met_and_not_measured():
     rows, summary = mps_run()
     rows = [r for r in rows if not (r.get("setting") == "mps off" and r["images_per_request"] == 1)]
     rows.append(triton_row("mps off", "classify", 8, 64, 6_000))  # measured again: the latest counts
-    goals = by_name(mps_goals(rows, {}))
+    goals = run_goals(rows, {})
     g = goals["classify 8 img/request c=64, mps on / mps off"]
     assert g.value == pytest.approx(1.5) and g.met is False
     assert "**NOT met**: classify 8 img/request c=64, mps on / mps off: 1.50x (goal >= 1.60x" in g.line()
@@ -99,10 +111,10 @@ def test_goals_not_met_and_not_measured():
 def test_without_mps_settings_the_goals_judge_the_run_as_it_is():
     rows = [triton_row("default", "classify", 8, 64, 4_000)]
     rows += [{"kind": "classifier", "config": "x", "batch": 64, "latency_ms": 1.0, "images_per_s": 10_000}]
-    goals = by_name(mps_goals(rows, {}))
+    goals = run_goals(rows, {})
     assert goals["classify 8 img/request c=64 (default) / the classifier alone at batch 64"].value == 0.4
     assert not any(" / mps off" in name for name in goals)
-    assert mps_goals([], {}) == []
+    assert mps_goals([], {}) == [] and pace_goals([], {}) == []
 
 
 def start_record(i: int, ready_s: float | None, stop_s: float | None = 2.0, code: int | None = 0, **more) -> dict:
@@ -205,7 +217,7 @@ def test_classify_against_its_stages_taking_turns():
     line = next(x for x in summary_lines(rows, {}) if "taking turns" in x)
     assert line.startswith("- classify at 8 image(s)/request: 12,000 img/s = 1.25x the bound of its stages taking ")
     assert "(9,600: prep_sink 24,000, network alone 16,000), 0.75x the network alone" in line
-    assert "adds 20.8 us/image of GPU time beside the network's 62.5 (0.8x the network alone allows 15.6)" in line
+    assert "adds 20.8 us/image of GPU time beside the network's 62.5 (0.85x the network alone allows 11.0)" in line
     no_network = [r for r in rows if r["kind"] != "classifier"]
     assert not any("taking turns" in x for x in summary_lines(no_network, {}))  # no network alone: no line
 

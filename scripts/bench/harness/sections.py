@@ -21,7 +21,7 @@ from .figures import (
     settings_measured,
     triton,
 )
-from .goals import memory_goals, mps_goals, mps_pairs, startstop_records
+from .goals import memory_goals, mps_goals, mps_pairs, pace_goals, startstop_records
 from .serving import instances_summary, server_mib, startup_breakdown
 
 
@@ -94,8 +94,9 @@ def side_by_side(rows: list[dict], summary: dict[str, Any]) -> list[str]:
 
 
 def goal_lines(rows: list[dict], summary: dict[str, Any]) -> list[str]:
-    """Every goal of the MPS and memory issues that this run can judge (``met`` / ``NOT met`` / not measured)."""
-    goals = [*mps_goals(rows, summary), *memory_goals(summary.get("servers", []))]
+    """Every goal of the pace, MPS and memory issues that this run can judge (``met`` / ``NOT met`` / not
+    measured)."""
+    goals = [*pace_goals(rows, summary), *mps_goals(rows, summary), *memory_goals(summary.get("servers", []))]
     if not goals:
         return []
     return ["", "## Goals", "", *(g.line() for g in goals)]

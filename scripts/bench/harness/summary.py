@@ -5,6 +5,7 @@ classify and classify_fused, the classifier alone against PyTorch."""
 from __future__ import annotations
 
 from .figures import best, ceiling_rate, dali_rate, setting_of, settings_measured
+from .goals import PACE_GOAL
 
 MAIN = {"kind": "triton", "size": "500x375", "protocol": "grpc"}
 
@@ -89,12 +90,12 @@ def _sharing(rows: list[dict], alone: dict | None) -> list[str]:
             continue
         c, p, net = whole["images_per_s"], prep["images_per_s"], alone["images_per_s"]
         turns = 1 / (1 / p + 1 / net)
-        added, allowed = 1e6 / c - 1e6 / net, 1e6 / (0.8 * net) - 1e6 / net
+        added, allowed = 1e6 / c - 1e6 / net, 1e6 / (PACE_GOAL * net) - 1e6 / net
         lines.append(
             f"- classify at {n} image(s)/request: {c:,.0f} img/s = {c / turns:.2f}x the bound of its stages taking "
             f"turns ({turns:,.0f}: prep_sink {p:,.0f}, network alone {net:,.0f}), {c / net:.2f}x the network alone; "
             f"the preprocessing adds {added:.1f} us/image of GPU time beside the network's {1e6 / net:.1f} "
-            f"(0.8x the network alone allows {allowed:.1f})"
+            f"({PACE_GOAL}x the network alone allows {allowed:.1f})"
         )
     return lines
 
