@@ -12,7 +12,7 @@ without the per-engine ones, then without GPM, then ``--query-gpu`` (sm and mem 
 columns from dmon's header, so columns a driver lacks are simply absent, and ``-`` (not available) is skipped.
 Without ``nvidia-smi`` there are no samples, never an error.
 
-Beside it, :class:`ClockSampler` reads the SM clock and the power draw five times a second
+Beside it, :class:`ClockSampler` reads the SM clock and the power draw twice a second
 (``--query-gpu=index,clocks.sm,clocks.max.sm,power.draw``): a GPU that idles between requests may run them below
 its top clock, which an image's time at c=1 would show, and a throughput point would not.
 """
@@ -36,8 +36,8 @@ QUERY_CALL = ["--query-gpu=index,utilization.gpu,utilization.memory", "--format=
 CLOCKS_CALL = ["--query-gpu=index,clocks.sm,clocks.max.sm,power.draw", "--format=csv,noheader,nounits"]
 #: the fields of :data:`CLOCKS_CALL` after the index, by the names a sample gives them
 CLOCK_FIELDS = ("sm_mhz", "max_sm_mhz", "power_w")
-#: seconds between two clock readings
-CLOCK_PERIOD_S = 0.2
+#: seconds between two clock readings (each is an nvidia-smi process: few, not to disturb what is measured)
+CLOCK_PERIOD_S = 0.5
 #: the report's fixed columns, in order (dmon's names); any other column sampled follows them
 MAIN_COLUMNS = ("sm", "mem", "jpg", "dec")
 #: columns not worth a place in the report (always 0 for this work, or not utilization)
@@ -310,7 +310,7 @@ ENGINES_NOTE = (
     "smutil and smocc, the SMs' activity and occupancy; nvjpg: each NVJPG engine's activity, engine 0 first. jpg and "
     "nvjpg measure differently (an H100 under classify read jpg 81 % while each engine's activity was 26-34 %, and "
     "engine 1 read 0 throughout): nvjpg says how much of each engine's capacity is in use. SM MHz: the mean SM "
-    "clock (`nvidia-smi --query-gpu=clocks.sm`, five times a second)."
+    "clock (`nvidia-smi --query-gpu=clocks.sm`, twice a second)."
 )
 
 
