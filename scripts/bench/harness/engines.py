@@ -92,40 +92,32 @@ def parse_dmon(text: str) -> list[dict[str, Any]]:
     return samples
 
 
-def parse_query(text: str) -> list[dict[str, Any]]:
-    """The samples of ``--query-gpu=index,utilization.gpu,utilization.memory`` (csv, no header, no units) in
-    dmon's names (``sm``, ``mem``)."""
+def parse_csv(text: str, fields: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The samples of a ``--query-gpu=index,...`` call (csv, no header, no units): ``{"gpu", <field>: value, ...}``
+    per line, a field nvidia-smi cannot read (``[N/A]``) left out."""
     samples = []
     for line in text.splitlines():
         parts = [p.strip() for p in line.split(",")]
-        if len(parts) != 3 or not parts[0].isdigit():
+        if len(parts) != 1 + len(fields) or not parts[0].isdigit():
             continue
         sample: dict[str, Any] = {"gpu": parts[0]}
-        for name, value in zip(("sm", "mem"), parts[1:]):
+        for name, value in zip(fields, parts[1:]):
             try:
                 sample[name] = float(value)
             except ValueError:
                 pass
         samples.append(sample)
     return samples
+
+
+def parse_query(text: str) -> list[dict[str, Any]]:
+    """The samples of :data:`QUERY_CALL` (``utilization.gpu,utilization.memory``) in dmon's names (``sm``, ``mem``)."""
+    return parse_csv(text, ("sm", "mem"))
 
 
 def parse_clocks(text: str) -> list[dict[str, Any]]:
-    """The samples of :data:`CLOCKS_CALL` (csv, no header, no units): ``{"gpu", "sm_mhz", "max_sm_mhz", "power_w"}``,
-    a field nvidia-smi cannot read (``[N/A]``) left out."""
-    samples = []
-    for line in text.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) != 1 + len(CLOCK_FIELDS) or not parts[0].isdigit():
-            continue
-        sample: dict[str, Any] = {"gpu": parts[0]}
-        for name, value in zip(CLOCK_FIELDS, parts[1:]):
-            try:
-                sample[name] = float(value)
-            except ValueError:
-                pass
-        samples.append(sample)
-    return samples
+    """The samples of :data:`CLOCKS_CALL`: ``{"gpu", "sm_mhz", "max_sm_mhz", "power_w"}``."""
+    return parse_csv(text, CLOCK_FIELDS)
 
 
 def means(samples: list[dict[str, Any]], trim: int = 1) -> dict[str, dict[str, float]]:
