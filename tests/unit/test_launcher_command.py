@@ -210,3 +210,30 @@ def test_the_exit_waits_at_most_a_quarter_second_for_the_metrics_thread():
 
     cmd = process.EmbeddedServer(ServerOptions()).command(Path("/backends"))
     assert int(cmd[cmd.index("--metrics-interval-ms") + 1]) == METRICS_INTERVAL_MS <= 500
+
+
+FAKE_SMI = """#!/bin/sh
+case "$*" in
+  *--query-gpu=index,uuid,name,memory.total,memory.used*)
+    printf '0, GPU-aaa, NVIDIA H100, 81559, 512\\n1, GPU-bbb, NVIDIA H100, 81559, [N/A]\\n' ;;
+  *--query-compute-apps=pid,used_memory*) printf '10, 900\\n10, 100\\n11, 950\\n' ;;
+  *) exit 2 ;;
+esac
+"""
+
+
+def test_what_the_launcher_reads_of_nvidia_smi(tmp_path, monkeypatch):
+    """The GPUs a CUDA_VISIBLE_DEVICES list names (by index or UUID prefix) and each process's GPU memory (summed
+    over its GPUs); nothing, never an error, without nvidia-smi or when it fails."""
+    from tests.unit.fake_smi import install_fake_smi
+    from tritonprep.launcher.install import GpuInfo, gpu_info, smi_query
+    from tritonprep.launcher.summary import process_gpu_memory
+
+    install_fake_smi(tmp_path, monkeypatch, FAKE_SMI)
+    assert gpu_info(["1", "GPU-a"]) == [GpuInfo("1", "GPU-bbb", "NVIDIA H100", 81559, 0),
+                                        GpuInfo("0", "GPU-aaa", "NVIDIA H100", 81559, 512)]  # fmt: skip
+    assert gpu_info([]) == [] and gpu_info(["7"]) == []
+    assert process_gpu_memory() == {10: 1000, 11: 950}
+    assert smi_query("--query-gpu=bogus") is None  # nvidia-smi failed (exit 2)
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    assert smi_query("--query-gpu=index") is None and gpu_info(["0"]) == [] and process_gpu_memory() == {}

@@ -104,20 +104,28 @@ class GpuInfo:
     used_mb: int
 
 
-def gpu_info(ids: list[str]) -> list[GpuInfo]:
-    """The GPUs ``ids`` names (``CUDA_VISIBLE_DEVICES`` entries: indices or UUIDs), as nvidia-smi shows them;
-    [] without nvidia-smi or where none matches."""
-    if not ids or shutil.which("nvidia-smi") is None:
-        return []
+def smi_query(query: str) -> str | None:
+    """``nvidia-smi --query-...=...`` (``query``, e.g. ``--query-gpu=index,name``) as csv without header or units;
+    None without nvidia-smi or when it fails."""
+    if shutil.which("nvidia-smi") is None:
+        return None
     try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=index,uuid,name,memory.total,memory.used", "--format=csv,noheader,nounits"],
+        return subprocess.run(
+            ["nvidia-smi", query, "--format=csv,noheader,nounits"],
             capture_output=True,
             text=True,
             timeout=20,
             check=True,
         ).stdout
     except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def gpu_info(ids: list[str]) -> list[GpuInfo]:
+    """The GPUs ``ids`` names (``CUDA_VISIBLE_DEVICES`` entries: indices or UUIDs), as nvidia-smi shows them;
+    [] without nvidia-smi or where none matches."""
+    out = smi_query("--query-gpu=index,uuid,name,memory.total,memory.used") if ids else None
+    if out is None:
         return []
     found = {}
     for line in out.splitlines():

@@ -11,15 +11,13 @@ instance's process holds: the reports' pids, else the model's stub processes).
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
 from .. import reports
 from .host import Host
-from .install import gpu_info, visible_gpus
+from .install import gpu_info, smi_query, visible_gpus
 from .process import EmbeddedServer
 from .supervise import stub_processes
 
@@ -28,17 +26,8 @@ _HEAD = ("model", "kind", "instances", "runtime", "buckets", "GPU memory")
 
 def process_gpu_memory() -> dict[int, int]:
     """MiB of GPU memory each process holds, from nvidia-smi ({} without it)."""
-    if shutil.which("nvidia-smi") is None:
-        return {}
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
+    out = smi_query("--query-compute-apps=pid,used_memory")
+    if out is None:
         return {}
     found: dict[int, int] = defaultdict(int)
     for line in out.splitlines():
