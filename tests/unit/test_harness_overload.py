@@ -96,3 +96,59 @@ def test_the_report_carries_the_section():
     md = report_lines(rows, summary)
     assert "## Overload (classify, closed loop at k x the saturating concurrency, 500x375, gRPC)" in md
     assert any(ln.startswith("| overload | classify | default | 500x375 | 8 | 128 | 5,800 |") for ln in md)
+
+
+def test_gpu_counts_serve_a_host_each_and_label_their_rows(monkeypatch, tmp_path):
+    """--gpu-counts 1,2: the shipped repository on GPU 0, then on GPUs 0 and 1 (a host of two servers), each swept at
+    both request sizes; the second's rows and summary say "2 GPUs" in their setting, and the memory sampled is every
+    server's. Without --gpu-counts (or without a GPU): one server as the launcher starts it."""
+    import argparse
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    import tritonprep.launcher.install as install
+    from scripts.bench.harness.phases import overload
+    from scripts.bench.harness.settings import Setting
+
+    served, sampled = [], []
+
+    class FakeRun:
+        work, sets, rows, summary = tmp_path, {"500x375": tmp_path}, [], {}
+
+        @contextmanager
+        def serve(self, tag, repo, setting, options=None):
+            served.append((tag, options))
+            parts = [SimpleNamespace(pid=None)] * max(1, len((options or {}).get("gpus", ())))
+            host = SimpleNamespace(options=SimpleNamespace(grpc_url="x"), servers=parts)
+            yield SimpleNamespace(tag=tag, log_path=tmp_path / "log", server=host)
+
+        def add_rows(self, rows):
+            self.rows += rows
+
+    def fake_sweep(url, model, images, n, plan, log_path, rss):
+        sampled.append(rss())
+        return SimpleNamespace(figures=lambda: figures(n, [100.0, 99.0, 98.0, 97.0], [1.0, 1.5, 2.0, 2.5]))
+
+    monkeypatch.setattr(overload, "shipped_copy", lambda dest: dest)
+    monkeypatch.setattr(overload.overload_sweep, "sweep", fake_sweep)
+    monkeypatch.setattr(overload, "memory", lambda server: {"tritonserver": 10})
+    monkeypatch.setattr(install, "gpu_count", lambda: 2)
+    run = FakeRun()
+    overload.served(run, argparse.Namespace(gpu_counts="1,2"), Setting())
+    assert served == [("overload", {"gpus": (0,)}), ("overload-2gpus", {"gpus": (0, 1)})]
+    assert sorted(run.summary["overload"]) == ["default, 2 GPUs, 32", "default, 2 GPUs, 8", "default, 32", "default, 8"]
+    assert {(r["setting"], r["gpus"]) for r in run.rows} == {("default", 1), ("default, 2 GPUs", 2)}
+    assert sampled == [{"tritonserver": 10}] * 2 + [{"tritonserver": 20}] * 2  # both servers' memory
+    assert overload.gpu_counts(argparse.Namespace(gpu_counts=""), 4) == [1]
+    assert overload.gpu_counts(argparse.Namespace(gpu_counts="1,4"), 0) == [1]  # no GPU: the CPU server, once
+
+
+def test_gpu_counts_are_checked_against_the_gpus_seen():
+    import pytest
+
+    from scripts.bench.harness.settings import default_counts, parse_counts
+
+    assert default_counts(4) == [1, 2, 4] and default_counts(6) == [1, 2, 4, 6] and default_counts(0) == []
+    assert parse_counts("", 2) == [1, 2] and parse_counts("2,1", 2) == [2, 1]
+    with pytest.raises(ValueError, match=r"shows 2 GPU\(s\), so \[4\] cannot be served"):
+        parse_counts("1,4", 2)

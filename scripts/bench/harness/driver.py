@@ -131,7 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--gpu-counts",
         default="",
-        help="gpus phase: comma list of GPU counts to serve on, e.g. 1,2,4 (default: 1, 2, 4, ... up to every GPU)",
+        help="gpus phase: comma list of GPU counts to serve on, e.g. 1,2,4 (default: 1, 2, 4, ... up to every GPU); "
+        "overload phase: the counts to sweep (default: 1)",
     )
     parser.add_argument(
         "--latency-requests", type=int, default=1000, help="latency phase: timed c=1 requests per model"

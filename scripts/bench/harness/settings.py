@@ -186,3 +186,24 @@ def parse_tune_grid(text: str | None) -> list[tuple[int, int, int]]:
     """``"2,0,2;4,0,1"`` -> ``[(2, 0, 2), (4, 0, 1)]``: :func:`parse_preprocess_config` for each ``;``-separated
     part, the tune phase's grid; nothing given -> ``[]`` (its own grid)."""
     return [parse_preprocess_config(p.strip(), "--tune-grid") for p in (text or "").split(";") if p.strip()]
+
+
+def default_counts(visible: int) -> list[int]:
+    """1, 2, 4, ... up to ``visible``, and ``visible`` itself."""
+    counts, n = [], 1
+    while n < visible:
+        counts.append(n)
+        n *= 2
+    return counts + [visible] if visible else []
+
+
+def parse_counts(text: str, visible: int) -> list[int]:
+    """``--gpu-counts`` (the ``gpus`` and ``overload`` phases): a comma list of GPU counts from 1 to ``visible``
+    (empty: :func:`default_counts`)."""
+    if not text.strip():
+        return default_counts(visible)
+    counts = [int(v) for v in text.split(",") if v.strip()]
+    bad = [c for c in counts if not 1 <= c <= visible]
+    if bad:
+        raise ValueError(f"--gpu-counts {text}: this machine shows {visible} GPU(s), so {bad} cannot be served")
+    return counts

@@ -24,7 +24,7 @@ from ..engines import EngineSampler
 from ..engines import means as engine_means
 from ..repos import open_copy
 from ..run import Run
-from ..settings import Setting
+from ..settings import Setting, parse_counts
 
 log = logging.getLogger("harness")
 
@@ -32,26 +32,6 @@ log = logging.getLogger("harness")
 POINTS = [(m, n, c) for m in ("classify", "classify_fused", "embed") for n, c in ((8, 64), (32, 16), (1, 1))]
 #: each concurrency slot of perf_analyzer on a gRPC connection of its own (tritonclient shares one between 6)
 SPREAD_ENV = {"TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT": "1"}
-
-
-def default_counts(visible: int) -> list[int]:
-    """1, 2, 4, ... up to ``visible``, and ``visible`` itself."""
-    counts, n = [], 1
-    while n < visible:
-        counts.append(n)
-        n *= 2
-    return counts + [visible] if visible else []
-
-
-def parse_counts(text: str, visible: int) -> list[int]:
-    """``--gpu-counts``: a comma list of GPU counts from 1 to ``visible`` (empty: :func:`default_counts`)."""
-    if not text.strip():
-        return default_counts(visible)
-    counts = [int(v) for v in text.split(",") if v.strip()]
-    bad = [c for c in counts if not 1 <= c <= visible]
-    if bad:
-        raise ValueError(f"--gpu-counts {text}: this machine shows {visible} GPU(s), so {bad} cannot be served")
-    return counts
 
 
 def cpu_jiffies() -> tuple[int, int]:

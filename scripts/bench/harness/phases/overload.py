@@ -9,6 +9,9 @@ and against the 1x point, requests answered right, refused for overload and fail
 message each), p50/p99 of the answered ones and the p99 against the 1x point's, the E and W lines of the server's
 log meanwhile and the servers' peak resident memory. The report's "Overload" section
 (:mod:`..overload_report`) puts them in a table per request size, with the goals.
+
+On one GPU by default; ``--gpu-counts 1,2`` sweeps the shipped repository on GPUs 0..N-1 for each count (a
+tritonserver per GPU on shared ports, as deployed; the rows' setting says ``N GPUs``).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from tritonprep_testkit.loadgen import memory
 
 from ..repos import shipped_copy
 from ..run import Run
-from ..settings import Setting
+from ..settings import Setting, parse_counts
 
 #: images per request of the sweeps
 SIZES = (8, 32)
@@ -58,15 +61,37 @@ def sweep_key(setting_label: str, images_per_request: int) -> str:
     return f"{setting_label}, {images_per_request}"
 
 
+def host_memory(host: Any) -> dict[str, int]:
+    """Resident memory (bytes) of every tritonserver a host runs and of their stubs, by process kind (summed)."""
+    total: dict[str, int] = {}
+    for server in getattr(host, "servers", None) or [host]:
+        for kind, rss in memory(server).items():
+            total[kind] = total.get(kind, 0) + rss
+    return total
+
+
+def gpu_counts(args: argparse.Namespace, visible: int) -> list[int]:
+    """The GPU counts to sweep: ``--gpu-counts`` where given (and GPUs are visible), else one."""
+    text = getattr(args, "gpu_counts", "") or ""
+    return parse_counts(text, visible) if visible and text.strip() else [1]
+
+
 def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
-    """One server (the shipped repository), a sweep per request size."""
-    # the shipped repository with the launcher's own options (its pool and queue timeout): what a deployment runs
-    with run.serve("overload", shipped_copy(run.work / "repo-overload"), setting, options={}) as srv:
-        for n in SIZES:
-            found = overload_sweep.sweep(srv.server.options.grpc_url, "classify", run.sets["500x375"], n, PLAN,
-                                         log_path=srv.log_path, rss=lambda: memory(srv.server))  # fmt: skip
-            figures = found.figures()
-            run.summary.setdefault("overload", {})[sweep_key(setting.label, n)] = {k: figures[k] for k in SWEEP_KEYS}
-            run.add_rows(
-                rows_of(figures, {**setting.row_fields(), "server": srv.tag, "backoff_ms": PLAN.backoff_s * 1000})
-            )
+    """One server (the shipped repository) per GPU count, a sweep per request size on each."""
+    from tritonprep.launcher.install import gpu_count
+
+    visible = gpu_count()
+    for count in gpu_counts(args, visible):
+        label = setting.label if count == 1 else f"{setting.label}, {count} GPUs"
+        tag = "overload" if count == 1 else f"overload-{count}gpus"
+        # the shipped repository with the launcher's own options (its pool and queue timeout): what a deployment runs
+        options = {"gpus": tuple(range(count))} if visible else {}
+        with run.serve(tag, shipped_copy(run.work / f"repo-{tag}"), setting, options=options) as srv:
+            for n in SIZES:
+                found = overload_sweep.sweep(srv.server.options.grpc_url, "classify", run.sets["500x375"], n, PLAN,
+                                             log_path=srv.log_path, rss=lambda: host_memory(srv.server))  # fmt: skip
+                figures = found.figures()
+                run.summary.setdefault("overload", {})[sweep_key(label, n)] = {k: figures[k] for k in SWEEP_KEYS}
+                fields = {**setting.row_fields(), "setting": label, "server": srv.tag, "gpus": count,
+                          "backoff_ms": PLAN.backoff_s * 1000}  # fmt: skip
+                run.add_rows(rows_of(figures, fields))
