@@ -121,6 +121,8 @@ def test_classifier_parameter_axis_serves_one_copy_per_value() -> None:
     given = argparse.Namespace(**vars(none), classifier_parameter="fuse_conv_bias=shipped, true")
     assert parameter_axis(given) == ("fuse_conv_bias", ["shipped", "true"])
     assert [c[4] for c in plan(given)] == ["shipped", "true"]
+    lists = argparse.Namespace(classifier_parameter="batch_buckets=shipped,1+64,8+64")  # a value's commas as +
+    assert parameter_axis(lists) == ("batch_buckets", ["shipped", "1,64", "8,64"])
     for bad in ("fuse_conv_bias", "=true", "fuse_conv_bias="):
         with pytest.raises(ValueError, match="KEY=VALUE"):
             parameter_axis(argparse.Namespace(classifier_parameter=bad))

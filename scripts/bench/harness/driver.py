@@ -113,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--classifier-parameter",
         default="",
         help="instances phase: KEY=shipped,VALUE,... one more parameter of the classifier's configs, e.g. "
-        "fuse_conv_bias=shipped,true (another axis)",
+        "fuse_conv_bias=shipped,true or batch_buckets=shipped,1+64 (+ for a value's own commas; another axis)",
     )
     parser.add_argument(
         "--mps-threads",

@@ -7,9 +7,10 @@ environment: each MPS client's share of the SMs; it only matters under MPS, so r
 ``--mps on``) and of ``--classifier-batching`` (``shipped,none``: the classifier's preferred batch sizes kept
 or dropped) and of ``--classifier-turns`` (``shipped,off``: the classifier's instances taking turns at the
 GPU's network, as shipped, or running their networks side by side) and of ``--classifier-parameter``
-(``KEY=shipped,VALUE,...``: one more parameter of the classifier's configs, e.g. ``fuse_conv_bias=shipped,true``;
-``classify_fused`` takes it as ``network.KEY`` where it declares that), and measures ``classify`` and
-``classify_fused`` (``--instance-models``) at 8 images/request (c=64), 32 (c=16) and one image at c=1 on each. The
+(``KEY=shipped,VALUE,...``: one more parameter of the classifier's configs, e.g. ``fuse_conv_bias=shipped,true``,
+or ``batch_buckets=shipped,1+64`` where a value holds commas; ``classify_fused`` takes it as ``network.KEY``
+where it declares that), and measures ``classify`` and ``classify_fused`` (``--instance-models``) at 8
+images/request (c=64), 32 (c=16) and one image at c=1 on each. The
 report ranks the combinations per model by throughput, with each one's c=1 p50, peak memory and launch to ready.
 """
 
@@ -80,13 +81,14 @@ def turns_of(args: argparse.Namespace) -> list[str]:
 
 
 def parameter_axis(args: argparse.Namespace) -> tuple[str, list[str]]:
-    """``(key, values)`` of ``--classifier-parameter KEY=V1,V2`` (``shipped``: the config's own value); ``("",
-    ["shipped"])`` without it; :class:`ValueError` for a malformed one."""
+    """``(key, values)`` of ``--classifier-parameter KEY=V1,V2`` (``shipped``: the config's own value; a value's own
+    commas are written ``+``: ``batch_buckets=shipped,1+64``); ``("", ["shipped"])`` without it; :class:`ValueError`
+    for a malformed one."""
     given = (getattr(args, "classifier_parameter", "") or "").strip()
     if not given:
         return "", ["shipped"]
     key, sep, values = given.partition("=")
-    items = [v.strip() for v in values.split(",") if v.strip()]
+    items = [v.strip().replace("+", ",") for v in values.split(",") if v.strip()]
     if not sep or not key.strip() or not items:
         raise ValueError(f"--classifier-parameter: expected KEY=VALUE,VALUE (e.g. fuse_conv_bias=shipped,true), got "
                          f"{given!r}")  # fmt: skip
@@ -134,7 +136,7 @@ def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
             tag_of(counts, percentage)
             + ("-nopref" if batching == "none" else "")
             + ("-noturns" if turns == "off" else "")
-            + (f"-{key}-{value}" if value != "shipped" else "")
+            + (f"-{key}-{value.replace(',', '+')}" if value != "shipped" else "")
         )
         label = (
             label_of(counts, percentage)
