@@ -66,7 +66,10 @@ def instance_counts(log: str) -> dict[str, int]:
 
 
 def infer(client, module, model: str, name: str, array: np.ndarray, outputs: list[str]) -> list[np.ndarray]:
-    tensor = module.InferInput(name, list(array.shape), "BYTES" if array.dtype == object else "FP32")
+    from tritonclient.utils import np_to_triton_dtype
+
+    # the array's own type: on the GPU the steps hand FP16 pixels to the networks (the served configs say so)
+    tensor = module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
     tensor.set_data_from_numpy(array)
     result = client.infer(model, [tensor], outputs=[module.InferRequestedOutput(o) for o in outputs])
     return [result.as_numpy(o) for o in outputs]
