@@ -59,8 +59,11 @@ def break_and_recover(scenario: str, args: argparse.Namespace, workdir: Path, gp
     # every model's config.pbtxt, also on a GPU: one preprocess instance per GPU, so breaking it is an outage of
     # that GPU's server (the GPU configuration runs four; killing one of them would leave the other three serving)
     log_path = workdir / "tritonserver.log"
+    # queue_timeout_ms=0: the configs' own 2 s queue timeouts. The scenario holds the one preprocess instance for
+    # 1.5 s so that requests are inside it when it breaks; the shipped 50 ms front-queue timeout would refuse the
+    # trigger request in the queue behind them, and nothing would break.
     with running_host(log_path, supervise=True, supervisor_kw={"grace_s": args.grace}, env=env, model_config_name="",
-                      mps=args.mps) as host:  # fmt: skip
+                      mps=args.mps, queue_timeout_ms=0) as host:  # fmt: skip
         part = host.parts[-1] if gpu is None else next(p for p in host.parts if p.gpu == str(gpu))
         server, sup = part.server, part.supervisor
         assert sup is not None
