@@ -146,6 +146,14 @@ def test_classifier_parameter_reaches_classify_fused_network_too(tmp_path) -> No
     assert set_parameter(tmp_path, "network_turns", "off") == ["classifier"]  # classify_fused has no such parameter
 
 
+def test_a_classifier_parameter_labels_the_classify_rows_too() -> None:
+    from scripts.bench.harness.phases.instances import changes
+
+    # the classify ensemble runs the classifier: its rows of each value must not share one label (and overwrite)
+    assert changes("classify", ["classifier"]) and changes("classify_fused", ["classifier", "classify_fused"])
+    assert not changes("classify_fused", ["classifier"]) and not changes("classify", [])
+
+
 def test_classifier_batching_refuses_a_preferred_line_it_cannot_read(tmp_path) -> None:
     from scripts.bench.harness.repos import without_preferred_batch_sizes
 

@@ -31,6 +31,13 @@ INSTANCE_POINTS = [(8, [64]), (32, [16]), (1, [1])]
 MODELS = ("classify", "classify_fused")
 MPS_THREADS_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 _SHORT = {"preprocess": "p", "classifier": "c", "postprocess": "pp", "classify_fused": "f"}
+#: the models each measured model runs: a parameter changed in any of them labels its rows
+RUNS = {"classify": ("classify", "classifier"), "classify_fused": ("classify_fused",)}
+
+
+def changes(model: str, changed: list[str]) -> bool:
+    """Whether measuring ``model`` runs one of the ``changed`` models (``classify`` runs the classifier)."""
+    return any(m in changed for m in RUNS.get(model, (model,)))
 
 
 def models_of(args: argparse.Namespace) -> list[str]:
@@ -153,6 +160,6 @@ def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
         with run.serve(tag, repo, setting, env=env) as srv:
             for n, conc in INSTANCE_POINTS:
                 for model in models_of(args):
-                    text = label + (f", {key} {value}" if model in changed else "")  # only what its config got
+                    text = label + (f", {key} {value}" if changes(model, changed) else "")  # what its configs got
                     run.sweep(f"{model} {text}", srv, model, [n], conc, kind="instances",
                               instances=instances_label(counts), mps_threads=percentage or "")  # fmt: skip
