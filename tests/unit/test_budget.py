@@ -26,8 +26,8 @@ from tritonprep.launcher.served import demand_of, read_models, serve_copy
 REPO = Path(__file__).resolve().parents[2] / "model_repository"
 #: the shipped GPU configs' models as the budget sees them (configs/gpu.pbtxt)
 SHIPPED = [
-    Demand("classifier", 2, {64: 2200, 32: 1700, 8: 1200}, (8, 64)),
-    Demand("classify_fused", 1, {64: 2400, 32: 1900, 8: 1500}, (8, 64)),
+    Demand("classifier", 2, {64: 2200, 32: 1700, 8: 1200}, (1, 64)),
+    Demand("classify_fused", 1, {64: 2400, 32: 1900, 8: 1500}, (1, 64)),
     Demand("embedder", 1, {64: 2400, 32: 1800, 8: 1300}, (8, 64)),
     Demand("preprocess", 4, {None: 900}),
 ]
@@ -70,7 +70,7 @@ def test_the_configs_counts_where_they_fit():
     ]
     assert chosen.used_mb == FIXED + 4400 + 2400 + 2400 + 3600
     assert not any(c.changed for c in chosen.choices)
-    assert chosen.choice("classifier").buckets == (8, 64)  # type: ignore[union-attr]
+    assert chosen.choice("classifier").buckets == (1, 64)  # type: ignore[union-attr]
     capped = plan([Demand("embedder", 1, {64: 2400}, (1, 2, 4, 8, 16, 32, 64, 128, 256))], 77000, FIXED)
     assert capped.choices[0].buckets == (1, 2, 4, 8, 16, 32, 64)  # at most the largest bucket it declares
 
@@ -91,7 +91,7 @@ def test_then_the_largest_bucket_then_a_refusal_naming_the_models():
     assert [c.count for c in chosen.choices] == [1, 1, 1, 1]
     embedder = chosen.choice("embedder")  # the largest instances (a tie with classify_fused, by name)
     assert embedder is not None and embedder.buckets == (8, 32) and embedder.gpu_memory_mb == 1800
-    assert chosen.choice("classify_fused").buckets == (8, 64)  # type: ignore[union-attr]
+    assert chosen.choice("classify_fused").buckets == (1, 64)  # type: ignore[union-attr]
     with pytest.raises(ServerError) as refused:
         plan(WIDE, 6000, FIXED)  # even the smallest buckets need 6412 MiB
     message = str(refused.value)
@@ -144,7 +144,7 @@ def test_the_served_copy_rewrites_the_chosen_configs_and_links_the_rest(tmp_path
     assert config.instance_group[0].count == 3 and config.parameters["gpu_memory_mb"].string_value == "900"
     fused = read(served / "classify_fused" / "configs" / "gpu.pbtxt")
     assert fused.instance_group[0].count == 1 and fused.parameters["gpu_memory_mb"].string_value == "2400"
-    assert fused.parameters["network.batch_buckets"].string_value == "8,64"
+    assert fused.parameters["network.batch_buckets"].string_value == "1,64"
     assert fused.parameters["network.model"].string_value == "classifier/1/model.onnx"
     # classify_fused finds the network where Triton tells it its folder is: <served>/classify_fused
     assert (served / "classify_fused").parent.joinpath("classifier/1/model.onnx").read_bytes() == b"onnx"
