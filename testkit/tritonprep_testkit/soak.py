@@ -54,14 +54,14 @@ MB = 1 << 20
 # ---------------------------------------------------------------------- clients that get killed
 def victim(url: str, photo: bytes, sent: Any) -> None:
     """A client process that sends ``classify`` requests (10 per second, up to 4 in flight) until it is
-    SIGKILLed, which leaves requests in flight."""
+    SIGKILLed, which leaves requests in flight; ``sent``: its own count of them (a lock-free shared value, which
+    only it writes)."""
     sender = GrpcSender(url)
     inp = image_input([photo], sender.m)
     slots = threading.Semaphore(4)
     while True:
         slots.acquire()
-        with sent.get_lock():
-            sent.value += 1
+        sent.value += 1  # its own counter, without a lock: a SIGKILL must not leave a shared lock held
         sender.client.async_infer("classify", [inp], callback=lambda *a, **k: slots.release(), client_timeout=30)
         time.sleep(0.1)
 
@@ -185,12 +185,13 @@ def soak(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 liveness["failures"] += 0 if ok else 1
 
         ctx = mp.get_context("spawn")
-        killed_sent = ctx.Value("l", 0)
+        victims_sent: list[Any] = []  # one lock-free counter per victim, read once it is gone
         killed = {"processes": 0}
 
         def killer() -> None:
             while not stop.is_set() and args.kill_every > 0:
-                p = ctx.Process(target=victim, args=(url, rng.choice(good), killed_sent), daemon=True)
+                victims_sent.append(ctx.RawValue("l", 0))
+                p = ctx.Process(target=victim, args=(url, rng.choice(good), victims_sent[-1]), daemon=True)
                 p.start()
                 stop.wait(args.kill_every)
                 p.kill()
@@ -231,13 +232,14 @@ def soak(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             unexpected.append(o)
     growth = round(final["rss_total_mb"] - baseline["rss_total_mb"], 1)
     pool_growth = round(sum(final["cupy_pool_mb"].values()) - sum(baseline["cupy_pool_mb"].values()), 1)
-    total = len(outcomes) + counter["abort"] + killed_sent.value
+    killed_sent = sum(v.value for v in victims_sent)
+    total = len(outcomes) + counter["abort"] + killed_sent
     good_lat = [o.latency for o in outcomes if o.kind == "good" and o.category == "ok"]
     return {
         "requests": total,
         "answered_requests": len(outcomes),
         "aborted_http_requests": counter["abort"],
-        "killed_client_requests": killed_sent.value,
+        "killed_client_requests": killed_sent,
         "killed_client_processes": killed["processes"],
         "seconds": round(elapsed, 1),
         "requests_per_s": round(total / elapsed, 1),
