@@ -26,7 +26,7 @@ from tritonprep.launcher.served import demand_of, read_models, serve_copy
 REPO = Path(__file__).resolve().parents[2] / "model_repository"
 #: the shipped GPU configs' models as the budget sees them (configs/gpu.pbtxt)
 SHIPPED = [
-    Demand("classifier", 2, {64: 2200, 32: 1700, 8: 1200}, (1, 64)),
+    Demand("classifier", 2, {64: 2200, 32: 1700, 8: 1200}, (8, 64)),
     Demand("classify_fused", 1, {64: 2400, 32: 1900, 8: 1500}, (1, 64)),
     Demand("embedder", 1, {64: 2400, 32: 1800, 8: 1300}, (8, 64)),
     Demand("preprocess", 4, {None: 900}),
@@ -70,7 +70,7 @@ def test_the_configs_counts_where_they_fit():
     ]
     assert chosen.used_mb == FIXED + 4400 + 2400 + 2400 + 3600
     assert not any(c.changed for c in chosen.choices)
-    assert chosen.choice("classifier").buckets == (1, 64)  # type: ignore[union-attr]
+    assert chosen.choice("classifier").buckets == (8, 64)  # type: ignore[union-attr]
     capped = plan([Demand("embedder", 1, {64: 2400}, (1, 2, 4, 8, 16, 32, 64, 128, 256))], 77000, FIXED)
     assert capped.choices[0].buckets == (1, 2, 4, 8, 16, 32, 64)  # at most the largest bucket it declares
 
