@@ -237,12 +237,16 @@ def test_instance_counts_ranked():
                            model="classify", server="inst-4"))  # fmt: skip
     rows.append(triton_row("mps on", "classify preprocess x2", 1, 1, 9_000, p50=2.9, kind="instances",
                            model="classify", server="inst-2"))  # fmt: skip
+    # one image a request at c=16 (the network's mid-sized batches): shown beside, not ranked
+    rows.append(triton_row("mps on", "classify preprocess x4", 1, 16, 2_500, p50=6.4, kind="instances",
+                           model="classify", server="inst-4"))  # fmt: skip
     servers = [{"tag": "inst-4", "setting": "mps on", "baseline_mib": 100, "peak_mib": 9_100, "ready_s": 12.64},
                {"tag": "inst-4", "setting": "mps off", "peak_mib": 1}]  # fmt: skip
     lines = sections.instances_ranking(rows, servers)
     assert lines[3:] == [
         "- classify (mps on), best first:",
-        "  - classify preprocess x4: 7,000 img/s at 8, 7,500 at 32, c=1 p50 3.36 ms; peak 9,000 MiB, ready in 12.6 s",
+        "  - classify preprocess x4: 7,000 img/s at 8, 7,500 at 32, 1 img/request c=16 2,500 img/s, c=1 p50 3.36 ms; "
+        "peak 9,000 MiB, ready in 12.6 s",
         "  - classify preprocess x6: 7,200 img/s at 8, 6,000 at 32; peak - MiB",
         "  - classify preprocess x2: 5,000 img/s at 8, 6,000 at 32, c=1 p50 2.90 ms; peak - MiB",
     ]

@@ -10,7 +10,7 @@ GPU's network, as shipped, or running their networks side by side) and of ``--cl
 (``KEY=shipped,VALUE,...``: one more parameter of the classifier's configs, e.g. ``fuse_conv_bias=shipped,true``,
 or ``batch_buckets=shipped,1+64`` where a value holds commas; ``classify_fused`` takes it as ``network.KEY``
 where it declares that), and measures ``classify`` and ``classify_fused`` (``--instance-models``) at 8
-images/request (c=64), 32 (c=16) and one image at c=1 on each. The
+images/request (c=64), 32 (c=16) and one image at c=16 and c=1 on each. The
 report ranks the combinations per model by throughput, with each one's c=1 p50, peak memory and launch to ready.
 """
 
@@ -26,8 +26,9 @@ from ..settings import Setting, instance_grid, instances_label, parse_instances,
 
 log = logging.getLogger("harness")
 
-#: (images per request, concurrencies) measured on each combination: throughput, and one image at c=1 (latency)
-INSTANCE_POINTS = [(8, [64]), (32, [16]), (1, [1])]
+#: (images per request, concurrencies) measured on each combination: throughput at 8 and 32 images/request; one
+#: image at c=16, where the network's batches hold 7-63 images (what a bucket set pads), and at c=1 (latency)
+INSTANCE_POINTS = [(8, [64]), (32, [16]), (1, [16]), (1, [1])]
 MODELS = ("classify", "classify_fused")
 MPS_THREADS_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 _SHORT = {"preprocess": "p", "classifier": "c", "postprocess": "pp", "classify_fused": "f"}
