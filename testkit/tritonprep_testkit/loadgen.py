@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,6 +26,9 @@ from tritonprep.launcher.supervise import stub_processes
 from tritonprep_client import image_input
 
 from .servers import rss_bytes
+
+if TYPE_CHECKING:
+    from tritonprep.launcher.host import Host
 
 log = logging.getLogger("loadgen")
 
@@ -178,14 +181,16 @@ def run_threads(n: int, target: object, *args: object) -> list[threading.Thread]
 
 
 # ---------------------------------------------------------------------- figures
-def memory(server: EmbeddedServer) -> dict[str, int]:
-    """Resident memory (bytes) of tritonserver and of each stub, by model, from /proc."""
-    pid = server.pid
-    if pid is None:
-        return {}
-    out = {"tritonserver": rss_bytes(pid) or 0}
-    for stub in stub_processes(pid):
-        out[f"stub:{stub.model}"] = out.get(f"stub:{stub.model}", 0) + (rss_bytes(stub.pid) or 0)
+def memory(server: EmbeddedServer | Host) -> dict[str, int]:
+    """Resident memory (bytes) of tritonserver and of each stub, by model, from /proc; of a host (anything with
+    ``servers``, as :class:`tritonprep.launcher.host.Host`: a tritonserver per GPU), summed over its servers."""
+    out: dict[str, int] = {}
+    for one in getattr(server, "servers", None) or [server]:
+        if one.pid is None:
+            continue
+        out["tritonserver"] = out.get("tritonserver", 0) + (rss_bytes(one.pid) or 0)
+        for stub in stub_processes(one.pid):
+            out[f"stub:{stub.model}"] = out.get(f"stub:{stub.model}", 0) + (rss_bytes(stub.pid) or 0)
     return out
 
 

@@ -109,6 +109,7 @@ def test_gpu_counts_serve_a_host_each_and_label_their_rows(monkeypatch, tmp_path
     import tritonprep.launcher.install as install
     from scripts.bench.harness.phases import overload
     from scripts.bench.harness.settings import Setting
+    from tritonprep_testkit import loadgen
 
     served, sampled = [], []
 
@@ -118,7 +119,7 @@ def test_gpu_counts_serve_a_host_each_and_label_their_rows(monkeypatch, tmp_path
         @contextmanager
         def serve(self, tag, repo, setting, options=None):
             served.append((tag, options))
-            parts = [SimpleNamespace(pid=None)] * max(1, len((options or {}).get("gpus", ())))
+            parts = [SimpleNamespace(pid=1)] * max(1, len((options or {}).get("gpus", ())))
             host = SimpleNamespace(options=SimpleNamespace(grpc_url="x"), servers=parts)
             yield SimpleNamespace(tag=tag, log_path=tmp_path / "log", server=host)
 
@@ -131,7 +132,8 @@ def test_gpu_counts_serve_a_host_each_and_label_their_rows(monkeypatch, tmp_path
 
     monkeypatch.setattr(overload, "shipped_copy", lambda dest: dest)
     monkeypatch.setattr(overload.overload_sweep, "sweep", fake_sweep)
-    monkeypatch.setattr(overload, "memory", lambda server: {"tritonserver": 10})
+    monkeypatch.setattr(loadgen, "rss_bytes", lambda pid: 10)  # each server's tritonserver; no stubs
+    monkeypatch.setattr(loadgen, "stub_processes", lambda pid: [])
     monkeypatch.setattr(install, "gpu_count", lambda: 2)
     run = FakeRun()
     overload.served(run, argparse.Namespace(gpu_counts="1,2"), Setting())

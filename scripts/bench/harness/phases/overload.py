@@ -61,15 +61,6 @@ def sweep_key(setting_label: str, images_per_request: int) -> str:
     return f"{setting_label}, {images_per_request}"
 
 
-def host_memory(host: Any) -> dict[str, int]:
-    """Resident memory (bytes) of every tritonserver a host runs and of their stubs, by process kind (summed)."""
-    total: dict[str, int] = {}
-    for server in getattr(host, "servers", None) or [host]:
-        for kind, rss in memory(server).items():
-            total[kind] = total.get(kind, 0) + rss
-    return total
-
-
 def gpu_counts(args: argparse.Namespace, visible: int) -> list[int]:
     """The GPU counts to sweep: ``--gpu-counts`` where given (and GPUs are visible), else one."""
     text = getattr(args, "gpu_counts", "") or ""
@@ -89,7 +80,7 @@ def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
         with run.serve(tag, shipped_copy(run.work / f"repo-{tag}"), setting, options=options) as srv:
             for n in SIZES:
                 found = overload_sweep.sweep(srv.server.options.grpc_url, "classify", run.sets["500x375"], n, PLAN,
-                                             log_path=srv.log_path, rss=lambda: host_memory(srv.server))  # fmt: skip
+                                             log_path=srv.log_path, rss=lambda: memory(srv.server))  # fmt: skip
                 figures = found.figures()
                 run.summary.setdefault("overload", {})[sweep_key(label, n)] = {k: figures[k] for k in SWEEP_KEYS}
                 fields = {**setting.row_fields(), "setting": label, "server": srv.tag, "gpus": count,
