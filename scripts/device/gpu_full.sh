@@ -16,6 +16,8 @@
 #                 start), stop time, exit code, the watchdog's kills (python -m scripts.bench.harness --phase startstop)
 #     gputime     where the GPU's time goes, in one process (python -m scripts.bench.gpu_time): the preprocessing's and
 #                 the network's kernels by CUPTI (the machine's torch profiler), and the two stages side by side
+#     lone        one image at a time through classify_fused's job in one process (python -m scripts.bench.lone_image):
+#                 one wait against a wait per step, back to back and with idle gaps (LONE_ARGS, e.g. "--gaps-ms 0,3")
 #     harness     python -m scripts.bench.harness --phase $PHASES (tune, main, classify, fused, instances, analyze,
 #                 soak, startstop, gpus, overload), e.g. HARNESS_ARGS="--mps on,off" or "--gpu-memory-budget 16G,off";
 #                 PHASES=gpus HARNESS_ARGS="--gpu-counts 1,2,4": the GPU-count axis on one host
@@ -27,7 +29,7 @@
 #   (results.md is rebuilt from all of it; BENCH_FRESH=1 starts it over).
 #   After each step, python -m scripts.leftovers checks that no tritonprep process, /dev/shm region, CUDA context
 #   or GPU memory above the baseline taken before the first step is left ($OUT/leftovers.txt: "clean" or "LEFTOVERS").
-#   TEST_FILES, TEST_TIMEOUT, MEMORY_ARGS, MEMORY_TIMEOUT, GPUTIME_ARGS, GPUTIME_TIMEOUT, PHASES, HARNESS_ARGS (split on spaces: no quotes inside), DALI_ARGS (the harness's
+#   TEST_FILES, TEST_TIMEOUT, MEMORY_ARGS, MEMORY_TIMEOUT, GPUTIME_ARGS, GPUTIME_TIMEOUT, LONE_ARGS, LONE_TIMEOUT, PHASES, HARNESS_ARGS (split on spaces: no quotes inside), DALI_ARGS (the harness's
 #   --dali-args, spaces allowed), SOAK_SECONDS, BENCH_TIMEOUT, STARTS, STARTSTOP_ARGS, STARTSTOP_TIMEOUT,
 #   BENCH_FRESH, BENCH_SEED (a carried folder with rows.json and summary.json): knobs of the steps above.
 #   Files back (at most 8): pytest-gpu.txt, grid.json, memory.jsonl, classifier.jsonl, gpu_time.jsonl, results.md, summary.json,
@@ -119,6 +121,13 @@ if step gputime; then
   echo "gputime rc=$?"; grep -v "^{" /tmp/steps/gpu_time.log | tail -6; cut -c1-1500 /tmp/steps/gpu_time.jsonl
   cp /tmp/steps/gpu_time.jsonl "$OUT/" 2>/dev/null
   leftovers gputime
+fi
+if step lone; then
+  [ -d /tmp/jpegs-500x375 ] || python3 -m scripts.bench_images --size 500x375 --count 256 --out /tmp/jpegs-500x375 > /dev/null 2>&1
+  # shellcheck disable=SC2086  # LONE_ARGS is split on spaces on purpose
+  timeout ${LONE_TIMEOUT:-240} python3 -m scripts.bench.lone_image --images /tmp/jpegs-500x375 --out /tmp/steps/lone.jsonl \
+    ${LONE_ARGS:-} > /tmp/steps/lone.log 2>&1; echo "lone rc=$?"; grep -E "gap|Error|Traceback" /tmp/steps/lone.log | tail -12
+  leftovers lone
 fi
 [ "${BENCH_FRESH:-0}" = 1 ] && rm -rf /tmp/bench
 # a cold machine: start from an earlier call's rows and summary (bench/ of its results.tgz, carried), so that its

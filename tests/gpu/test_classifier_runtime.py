@@ -85,6 +85,21 @@ def test_parts_are_copied_in_where_they_live(cp, runtime, batch):
     assert runtime.infer_many([]).shape == (0, 1000)
 
 
+def test_then_runs_behind_the_network_before_its_one_wait(cp, runtime, batch):
+    """``infer_many(then=top_k)``, as the classifier and classify_fused call it: the top-k of the logits, the same
+    as computed after the call, with host arrays back."""
+    from tritonprep.classifier.postprocess import TopK
+
+    top_k = TopK(5)
+    x = cp.asarray(batch)
+    scores, ids = runtime.infer_many([x[:1], batch[1:]], then=top_k)
+    want_scores, want_ids = top_k(runtime.infer(x))
+    assert isinstance(scores, np.ndarray) and scores.shape == (len(batch), 5)
+    np.testing.assert_array_equal(ids, want_ids)
+    np.testing.assert_allclose(scores, want_scores, rtol=0, atol=1e-6)
+    assert runtime.infer_many([], then=top_k)[0].shape == (0, 5)
+
+
 def test_a_batch_beyond_the_largest_bucket_runs_in_chunks(cp, runtime, batch):
     x = cp.asarray(np.concatenate([batch] * 5))  # 20 images, largest bucket 16
     got = runtime.infer(x).get()

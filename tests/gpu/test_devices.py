@@ -53,7 +53,7 @@ def test_a_classifier_on_a_missing_gpu_fails_loudly(cp):
 def test_rows_copied_from_the_same_gpu_are_not_counted_as_cross_device(cp):
     import numpy as np
 
-    from tritonprep.classifier.ort_cuda import copy_rows, device_of
+    from tritonprep.classifier.rows import copy_rows, device_of
 
     stream = cp.cuda.Stream(non_blocking=True)
     dst = cp.zeros((2, 3), cp.float32)

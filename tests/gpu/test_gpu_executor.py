@@ -148,6 +148,28 @@ def test_stream_ordering_stress(cp, nvimgcodec, photos):
     assert mismatches == 0
 
 
+def test_unsynchronized_runs_read_on_the_executor_stream_equal_synchronized_ones(cp, nvimgcodec, photos):
+    """``run(synchronize=False)`` as classify_fused calls it: the next step reads the batch on the executor's stream
+    without waiting. PNGs go through the pinned upload buffer that every call reuses: a call that rewrote it before
+    the last call's copy had run, or a decoded image released too early, shows up as a changed pixel."""
+    from tritonprep.executors.gpu import GpuExecutor
+
+    rng = np.random.default_rng(5)
+    pool = [encode(a, "JPEG", quality=90) for a in photos.values()] + [encode(a, "PNG") for a in photos.values()]
+    batches = [[pool[i] for i in rng.choice(len(pool), size=int(rng.integers(1, 12)))] for _ in range(40)]
+    with GpuExecutor(RAW, 0) as ex:
+        reference = [ex.run(batch).output.get() for batch in batches]
+        copies = []
+        for batch in batches:
+            result = ex.run(batch, synchronize=False)
+            assert not result.errors
+            with ex.stream:  # what the network's input copy does, on the same stream
+                copies.append(result.output.copy())
+        ex.stream.synchronize()
+        for got, want in zip(copies, reference):
+            np.testing.assert_array_equal(got.get(), want)
+
+
 def test_a_decoder_stage_used_twice_in_one_call_never_reuses_its_own_buffers(cp, nvimgcodec, photos):
     """hw_decoder_share < 1 with progressive JPEGs: the CUDA stage decodes its share beside the hardware,
     then again the hardware's leftovers (progressive), in one call. Its output images are pooled across

@@ -145,13 +145,13 @@ def test_profile_per_request_weighs_executes_and_batches():
 def test_inner_rows_of_the_steps():
     rows = dict((label, ms) for label, ms, _ in breakdown.inner_rows("preprocess", PREP))
     assert rows["decode (nvImageCodec; a CPU fallback included)"] == pytest.approx(0.70)
-    assert rows["resize, crop, normalize kernels and the stream's sync (total_s - decode_s)"] == pytest.approx(0.35)
+    assert rows[breakdown.KERNELS_LABEL] == pytest.approx(0.35)
     assert rows["the rest of preprocess (checks, batching, splitting rows)"] == pytest.approx(0.15)
     assert not any("fallback" in k and "of which" in k for k in rows)  # decode_s == decode_gpu_s
     fallback = breakdown.inner_rows("preprocess", {**PREP, "decode_gpu_s": 0.5})
     assert ("of which the CPU fallback (decode_s - decode_gpu_s)", pytest.approx(0.2), 2) in fallback
     net = dict((label, ms) for label, ms, _ in breakdown.inner_rows("run", NET))
-    assert net["the network (its runtime)"] == 0.90
+    assert net[breakdown.NETWORK_LABEL] == 0.90
     assert net["the rest of run (checks, batching, splitting rows)"] == pytest.approx(1.05 - 0.99)
     assert breakdown.inner_rows("read", PREP) == [] and breakdown.inner_rows("classify", {"classify": 1.0}) == []
 

@@ -18,7 +18,10 @@ gets a session of its own that only ever sees that one shape:
   is timed once it is captured), so a few buckets serve every batch size.
 
 All work is ordered on one CUDA stream of the instance (``user_compute_stream``), which CuPy's copies
-use too; ORT synchronizes it at the end of each run.
+use too. ORT is told not to synchronize it at the end of a run (run option
+``disable_synchronize_execution_providers``): :meth:`OrtCudaRuntime.infer_many` waits once, after the
+bucket runs, the copy out and whatever the caller enqueues after them (``then``: the top-k kernel and its
+copy to the host), instead of once per step.
 
 How sessions are made (the CUDA EP options behind memory and start time, arena caps from the instance's
 ``gpu_memory_mb``, the built-in CUDA EP's lookup, the optimized models kept between starts) is :mod:`.ort_options`.
@@ -46,6 +49,7 @@ from ..cuda import cuda_fault_guard, import_cupy
 from ..errors import ConfigError, RuntimeUnavailable
 from .bucket_plan import BucketPlan, measure
 from .ort_options import CudaEpOptions, OptimizedModels, batch_dim_name, quiet_provider_lookup, session_caps_mb
+from .rows import copy_rows
 
 log = logging.getLogger(__name__)
 
@@ -88,34 +92,6 @@ def preload(ort: Any) -> str:
     with contextlib.redirect_stdout(out):
         preload_dlls()
     return out.getvalue().strip()
-
-
-def device_of(array: Any) -> int | None:
-    """The CUDA device an array lives on (CuPy's ``.device.id``), or None for a host array."""
-    if isinstance(array, np.ndarray):
-        return None
-    return int(array.device.id)
-
-
-def copy_rows(cp: Any, dst: Any, src: Any, stream: Any) -> bool:
-    """Copy ``src`` (numpy, or a CuPy array on any GPU) into the contiguous FP32 rows ``dst``, ordered on ``stream``.
-
-    Returns True when ``src`` lived on another GPU than ``dst``: Triton may hand a classifier instance on
-    one GPU a tensor the preprocess model made on another; it is then copied peer to peer (CUDA's
-    unified addressing) instead of through the host, and the caller counts it.
-    """
-    where = device_of(src)
-    if where is None:
-        dst.set(np.ascontiguousarray(src, dtype=np.float32), stream=stream)
-        return False
-    if where == dst.device.id:
-        dst[...] = cp.asarray(src, dtype=cp.float32)
-        return False
-    with cp.cuda.Device(where):
-        src = cp.ascontiguousarray(src, dtype=cp.float32)
-        cp.cuda.get_current_stream().synchronize()  # src is complete before another device's stream reads it
-    cp.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, src.nbytes, cp.cuda.runtime.memcpyDefault, stream.ptr)
-    return True
 
 
 def _numel(dims: Sequence[int]) -> int:
@@ -245,6 +221,9 @@ class OrtCudaRuntime:
             self.cross_device_copies = 0
             self._warm_thread = threading.get_ident()
             self._warned_thread = False
+            #: a bucket's run under :meth:`infer_many`: ORT leaves the stream to it (one wait per call, not per run)
+            self.run_options = ort.RunOptions()
+            self.run_options.add_run_config_entry("disable_synchronize_execution_providers", "1")
             self._warm_up()
         except BaseException:  # the caller never gets this runtime: release what it made here
             self.close()
@@ -444,17 +423,20 @@ class OrtCudaRuntime:
         """Logits of one batch (numpy or CuPy, N x input_dims); a CuPy array on this instance's GPU."""
         return self.infer_many([batch])
 
-    def infer_many(self, parts: Sequence[Any]) -> Any:
+    def infer_many(self, parts: Sequence[Any], then: Callable[[Any], Any] | None = None) -> Any:
         """Logits of the concatenation of ``parts`` (each numpy or CuPy), without concatenating them first.
 
         Each part is copied into the bucket's bound input buffer where it lives (device to device for
         GPU tensors, host to device for numpy arrays), the bucket's session (or graph) runs, and the
         rows that hold images are copied out, so the bucket's buffers are free for the next call.
+
+        ``then`` (optional) is applied to the logits on this runtime's device and stream, before the one
+        synchronize that ends the call, and its result is returned instead: the top-k kernel and its copy
+        to the host wait for the network in the same wait. Parts that are CuPy arrays must be complete, or
+        be enqueued on this runtime's stream (``classify_fused``'s pixels).
         """
         cp = self._cp
         n = sum(len(p) for p in parts)
-        if n == 0:
-            return cp.empty((0, *self._buckets[0].y.shape[1:]), dtype=np.float32)
         if threading.get_ident() != self._warm_thread and self.cuda_graphs and not self._warned_thread:
             self._warned_thread = True  # graphs are per thread: ORT captures again on this one, once
             log.warning("classifier runs on another thread than it was warmed up on; CUDA graphs are captured again")
@@ -462,11 +444,16 @@ class OrtCudaRuntime:
         with cuda_fault_guard(self.device.id, "the network (ONNX Runtime CUDA)", probe=self.stream.synchronize):
             with self.device, self.stream:
                 start = 0
-                for size in self.plan.chunks(n):
+                for size in self.plan.chunks(n) if n else ():
                     take = min(size, n - start)
                     chunks.append(self._run_chunk(parts, start, take, size))
                     start += take
-                out = chunks[0] if len(chunks) == 1 else cp.concatenate(chunks)
+                if not chunks:
+                    out = cp.empty((0, *self._buckets[0].y.shape[1:]), dtype=np.float32)
+                else:
+                    out = chunks[0] if len(chunks) == 1 else cp.concatenate(chunks)
+                if then is not None:
+                    out = then(out)
             self.stream.synchronize()
         return out
 
@@ -490,5 +477,5 @@ class OrtCudaRuntime:
                         )
                 row += hi - lo
             offset += len(part)
-        bucket.session.run_with_iobinding(bucket.binding)
+        bucket.session.run_with_iobinding(bucket.binding, self.run_options)
         return bucket.y[:n].copy()

@@ -55,8 +55,10 @@ class Runtime(Protocol):
         """Logits of ``batch``; a numpy or CuPy array."""
         ...
 
-    def infer_many(self, parts: Sequence[Any]) -> Any:
-        """Logits of the concatenation of ``parts`` (what a Triton execute holds: one part per request)."""
+    def infer_many(self, parts: Sequence[Any], then: Callable[[Any], Any] | None = None) -> Any:
+        """Logits of the concatenation of ``parts`` (what a Triton execute holds: one part per request); with
+        ``then``, ``then(logits)`` instead, run where the logits are before the call ends (on a GPU, on the
+        runtime's stream before its one synchronize)."""
         ...
 
     def close(self) -> None:
@@ -281,10 +283,11 @@ class OrtCpuRuntime:
         batch = np.ascontiguousarray(batch, dtype=np.float32)
         return self.session.run([self.output_name], {self.input_name: batch})[0]
 
-    def infer_many(self, parts: Sequence[Any]) -> np.ndarray:
-        """Logits of the concatenated ``parts``."""
+    def infer_many(self, parts: Sequence[Any], then: Callable[[Any], Any] | None = None) -> Any:
+        """Logits of the concatenated ``parts`` (or ``then`` of them)."""
         host = [p if isinstance(p, np.ndarray) else p.get() for p in parts]
-        return self.infer(host[0] if len(host) == 1 else np.concatenate(host))
+        logits = self.infer(host[0] if len(host) == 1 else np.concatenate(host))
+        return logits if then is None else then(logits)
 
 
 def model_file(onnx_path: Path, precision: str) -> Path:

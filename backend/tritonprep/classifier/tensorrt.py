@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from ..cuda import cuda_fault_guard, import_cupy
 from ..errors import InferenceError, RuntimeUnavailable
 from .builders import PythonBuilder, import_tensorrt, platform_of
 from .engines import BuildOptions, build_or_reuse
-from .ort_cuda import copy_rows
+from .rows import copy_rows
 
 
 def engine_folder(onnx_path: Path) -> Path:
@@ -108,8 +108,9 @@ class TensorRTRuntime:
         """
         return self.infer_many([batch])
 
-    def infer_many(self, parts: Sequence[Any]) -> Any:
-        """Logits of the concatenated ``parts`` (numpy, or CuPy on any GPU: copied peer to peer onto this one)."""
+    def infer_many(self, parts: Sequence[Any], then: Callable[[Any], Any] | None = None) -> Any:
+        """Logits of the concatenated ``parts`` (numpy, or CuPy on any GPU: copied peer to peer onto this one); with
+        ``then``, ``then(logits)``, enqueued on the engine's stream before its one synchronize."""
         cp = self._cp
         with cuda_fault_guard(self._device.id, "the network (TensorRT)", probe=self._stream.synchronize):
             with self._device, self._stream:
@@ -126,5 +127,7 @@ class TensorRTRuntime:
                     raise InferenceError(
                         f"TensorRT could not run the engine on a batch of {len(x)}; its reason is in the server log"
                     )
+                if then is not None:
+                    out = then(out)
             self._stream.synchronize()
         return out

@@ -78,9 +78,9 @@ class Executor(Protocol):
         """One line for the log: where it runs, how it decodes and resizes."""
         ...
 
-    def run(self, images: Sequence[bytes], wanted: Wanted | None = None) -> BatchResult:
+    def run(self, images: Sequence[bytes], wanted: Wanted | None = None, *, synchronize: bool = True) -> BatchResult:
         """Preprocess ``images`` into one batch per wanted output; a bad image is reported in the result, never
-        raised."""
+        raised. ``synchronize`` False: GPU outputs may still be computing on the executor's ``stream``."""
         ...
 
     def close(self) -> None:

@@ -103,8 +103,9 @@ class CpuExecutor:
             slot[...] = normalize_window(spec, pixels, ox, oy)
         return ImageInfo(im.width, im.height, "cpu"), decode_s
 
-    def run(self, images: Sequence[bytes], wanted: Wanted | None = None) -> BatchResult:
-        """Preprocess ``images``; never raises for a bad image (see :attr:`BatchResult.errors`)."""
+    def run(self, images: Sequence[bytes], wanted: Wanted | None = None, *, synchronize: bool = True) -> BatchResult:
+        """Preprocess ``images``; never raises for a bad image (see :attr:`BatchResult.errors`). The outputs are
+        host arrays, complete when it returns, whatever ``synchronize`` says."""
         t0 = time.perf_counter()
         rows = resolve_wanted(self.config, len(images), wanted)
         specs = self.config.specs

@@ -8,8 +8,10 @@ resizes, crops or letterboxes, normalizes and lays out the images that output is
 into its batch, which stays on the GPU and leaves the model through DLPack. Each image is
 decoded once, however many outputs read it. All GPU work is ordered on this instance's own CUDA stream
 (the decoder objects decode on streams of their own, joined to it by events), synchronized once at
-the end, because Triton reads the outputs right after ``execute``. A sticky CUDA error on the way
-raises :class:`~tritonprep.errors.InstanceFailed` (:func:`tritonprep.cuda.cuda_fault_guard`).
+the end, because Triton reads the outputs right after ``execute`` (``run(synchronize=False)`` leaves the
+wait to a caller that goes on on the same stream, ``classify_fused``'s network; the next call waits first).
+A sticky CUDA error on the way raises :class:`~tritonprep.errors.InstanceFailed`
+(:func:`tritonprep.cuda.cuda_fault_guard`).
 
 JPEG 2000 and TIFF files whose header says the GPU decodes them as Pillow does go to nvImageCodec too
 (its nvJPEG2000 and nvTIFF decoders); the rest, and whatever the GPU declines, to Pillow. Decode
@@ -158,6 +160,9 @@ class GpuExecutor:
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tritonprep-gpu-cpu")
         self._pinned: Any = None
         self._in_flight_staging: Any = None
+        #: what the last unsynchronized call's GPU work still reads (its decoded images, its upload), kept until
+        #: the stream is synchronized; None when nothing is pending
+        self._pending: list[Any] | None = None
         self._closed = False
         try:
             if warm_up:
@@ -264,8 +269,11 @@ class GpuExecutor:
         return device_buf, offsets
 
     # ------------------------------------------------------------------ API
-    def run(self, images: Sequence[bytes], wanted: Wanted | None = None) -> BatchResult:
+    def run(self, images: Sequence[bytes], wanted: Wanted | None = None, *, synchronize: bool = True) -> BatchResult:
         """Preprocess ``images`` into one GPU batch per wanted output; bad images are reported, never raised.
+
+        ``synchronize`` False: the outputs are complete once :attr:`stream` is synchronized, not yet when
+        this returns; the caller reads them on that stream (or waits for it). The next call waits first.
 
         Raises :class:`~tritonprep.errors.InstanceFailed` after a sticky CUDA error (the
         context is poisoned: every later call would fail too), so that the instance is taken
@@ -278,7 +286,7 @@ class GpuExecutor:
             deadline = None
             while True:  # once more at once with the pool's cached blocks freed, then each time the pool shrinks
                 try:
-                    return self._run(images, rows)
+                    return self._run(images, rows, synchronize)
                 except oom as e:
                     error = str(e)  # the message only: the exception's traceback holds the attempt's arrays
                 self._free_failed_attempt()  # out of the except block, so that the attempt's arrays can go
@@ -318,8 +326,11 @@ class GpuExecutor:
         """Fault injection only: poison the CUDA context (see tritonprep.triton.faults)."""
         self._kernels.illegal_write(self.stream)
 
-    def _run(self, images: Sequence[bytes], wanted: dict[str, list[int]]) -> BatchResult:
+    def _run(self, images: Sequence[bytes], wanted: dict[str, list[int]], synchronize: bool = True) -> BatchResult:
         t0 = time.perf_counter()
+        if self._pending is not None:  # the last call left its work to its caller: it is done before the staging
+            self.stream.synchronize()  # buffer is written again
+            self._settled()
         if self.decoder is not None:  # the last call's images: read by work that precedes ours on this stream
             self.decoder.release()
         errors, headers, gpu_idx, cpu_idx = self._check(images)
@@ -332,9 +343,10 @@ class GpuExecutor:
                 self.failures.count(e.reason, example=str(e))
             t_decode = time.perf_counter()
             outputs = self._launch(wanted, decoded.sources)
-            self.stream.synchronize()
-        decoded.keep_alive.clear()  # decoded images are released only after the kernel has read them
-        self._drop_staging()
+            self._pending = decoded.keep_alive  # decoded images are released only after the kernel has read them
+            if synchronize:
+                self.stream.synchronize()
+                self._settled()
         t1 = time.perf_counter()
         return BatchResult(
             outputs,
@@ -415,6 +427,11 @@ class GpuExecutor:
             resize_into(out_spec, rows_in, outputs[name], self.stream)
         return outputs
 
+    def _settled(self) -> None:
+        """After the stream synchronized: let the last call's decoded images and upload go."""
+        self._pending = None
+        self._drop_staging()
+
     def _drop_staging(self) -> None:
         """After the stream synchronized: forget the upload's source, and hand an oversized one's memory back."""
         temporary = self._in_flight_staging is not None and self._in_flight_staging is not self._pinned
@@ -458,7 +475,7 @@ class GpuExecutor:
             if process_ending():  # idle now; the process's end frees the rest (see tritonprep.cuda)
                 log.info("GPU executor on device %d: idle in %.2f s", self.device.id, time.perf_counter() - t0)
             else:
-                self._pinned = self._in_flight_staging = None
+                self._pinned = self._in_flight_staging = self._pending = None
                 try:
                     self._release_pools()
                 except cuda_errors as e:

@@ -9,12 +9,14 @@ the same three things in one process, per ``execute()``:
 
 1. the images of all requests are decoded and preprocessed as one batch by the preprocess stage
    (:class:`~tritonprep.triton.preprocess.PreprocessStage`: the same spec parameters, limits,
-   metrics and per-image errors as the ``preprocess`` model);
+   metrics and per-image errors as the ``preprocess`` model), left on the GPU executor's stream
+   unsynchronized where the network runs on that stream too;
 2. the batch of the requests whose images all decoded runs through the network
    (:func:`~tritonprep.classifier.runtimes.load_runtime`: on a GPU instance ONNX Runtime's CUDA EP
    with a session and CUDA graph per batch bucket, reading the executor's GPU batch where it is);
 3. softmax and top-k run where the logits are (on the GPU for a GPU runtime; only the ``k`` scores and
-   ids per image come to the host: :class:`~tritonprep.classifier.postprocess.TopK`, the classifier's).
+   ids per image come to the host: :class:`~tritonprep.classifier.postprocess.TopK`, the classifier's),
+   enqueued behind the network; their copy to the host is the job's one wait for the GPU.
 
 These are the steps of one :class:`~tritonprep.triton.isolation.RequestIsolation`, so the errors are
 ``classify``'s too: a bad image fails its own request (``image i of n [reason]: ...``), a failure of
@@ -48,6 +50,7 @@ from ..triton.health import report_loaded
 from ..triton.isolation import RequestIsolation, row_batched
 from ..triton.pb import model_config, parameters
 from ..triton.preprocess import Preprocessed, PreprocessStage, RequestImages
+from ..triton.responses import ImageRejected
 from ..triton.tensors import named_tensors
 from .networks import network_classes, warm_top_k
 
@@ -127,10 +130,12 @@ class FusedClassifyModel:
             finally:
                 self.prep.close()
             raise
+        #: the network runs on the executor's stream: the pixels need not be waited for before it
+        self.one_stream = getattr(self.runtime, "stream", None) is getattr(self.prep.executor, "stream", False)
         self.requests = RequestIsolation(
             args["model_name"],
             self.read,
-            [self.prep.preprocess, row_batched(self.classify)],
+            [self.preprocess, row_batched(self.classify)],
             self.respond,
             on_rejections=self.prep.metrics.record_rejections,
             timer=self.prep.timer,
@@ -154,9 +159,14 @@ class FusedClassifyModel:
         """A request's images; every request wants the network input (its own outputs are computed from it)."""
         return self.prep.read(request, wanted=frozenset({PIXELS}))
 
+    def preprocess(self, inputs: list[RequestImages]) -> list[Preprocessed | ImageRejected]:
+        """The preprocess stage's step; on one stream with the network, its GPU work is not waited for."""
+        return self.prep.preprocess(inputs, synchronize=not self.one_stream)
+
     def classify(self, parts: list[Preprocessed]) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k probabilities and class ids of the network over the requests' pixels, one after the other."""
-        return self.top_k(self.runtime.infer_many([p.outputs[PIXELS] for p in parts]))  # where the logits are
+        """Top-k probabilities and class ids of the network over the requests' pixels, one after the other,
+        computed where the logits are, behind the network (the runtime waits once for both)."""
+        return self.runtime.infer_many([p.outputs[PIXELS] for p in parts], then=self.top_k)
 
     def respond(self, rows: Sequence[np.ndarray]) -> list[Any]:
         """One request's output tensors from its rows of :meth:`classify`'s outputs."""

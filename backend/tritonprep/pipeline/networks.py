@@ -156,17 +156,26 @@ class ClassifierModel:
 
     def run(self, inputs: Sequence[NetworkInput]) -> list[dict[str, Any]]:
         """The network over every request's images at once, then only the outputs some request asked for:
-        the top-k where the logits are (a few bytes an image leave the GPU), the logits copied to the host."""
+        the top-k where the logits are (a few bytes an image leave the GPU), the logits copied to the host,
+        both enqueued behind the network (the runtime waits once for all of it)."""
+        wanted = frozenset().union(*(i.wanted for i in inputs))
+        marks: dict[str, float] = {}
+
+        def finish(logits: Any) -> tuple[tuple[np.ndarray, np.ndarray] | None, np.ndarray | None]:
+            marks["launched"] = time.perf_counter()
+            top = self.top_k(logits) if self.top_k is not None and wanted & set(TOP_K_OUTPUTS) else None
+            return top, to_numpy(logits) if LOGITS in wanted else None
+
         t0 = time.perf_counter()
         with self.turns:
             t_turn = time.perf_counter()
-            logits = self.runtime.infer_many([i.x for i in inputs])
+            top, host = self.runtime.infer_many([i.x for i in inputs], then=finish)
         t1 = time.perf_counter()
-        wanted = frozenset().union(*(i.wanted for i in inputs))
-        top = self.top_k(logits) if self.top_k is not None and wanted & set(TOP_K_OUTPUTS) else None
-        host = to_numpy(logits) if LOGITS in wanted else None
+        launched = marks.get("launched", t1)
+        # network: until the runtime handed the logits over (on a GPU, enqueued); top_k: the rest (on a GPU, its
+        # kernel, the copies to the host and the wait for the network's GPU work)
         self.timer.add(
-            sum(len(i) for i in inputs), turn_wait=t_turn - t0, network=t1 - t_turn, top_k=time.perf_counter() - t1
+            sum(len(i) for i in inputs), turn_wait=t_turn - t0, network=launched - t_turn, top_k=t1 - launched
         )
         results, start = [], 0
         for i in inputs:

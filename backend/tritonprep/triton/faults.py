@@ -57,7 +57,7 @@ class FaultyExecutor:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    def run(self, images: Sequence[bytes], wanted: Any = None) -> Any:
+    def run(self, images: Sequence[bytes], wanted: Any = None, *, synchronize: bool = True) -> Any:
         """Act on the trigger images of the batch, then run the wrapped executor on the real images."""
         images = list(images)
         sleep = 0.0
@@ -82,7 +82,7 @@ class FaultyExecutor:
                 log.error("injected fault: the stub process exits now")
                 os._exit(71)
         time.sleep(sleep)
-        return self.inner.run(images, wanted)
+        return self.inner.run(images, wanted, synchronize=synchronize)
 
     def close(self) -> None:
         """Close the wrapped executor."""

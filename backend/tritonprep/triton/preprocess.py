@@ -144,11 +144,14 @@ class PreprocessStage:
             raise RequestError("request carries no image")
         return RequestImages(images, requested_outputs(request, self.offered) if wanted is None else wanted)
 
-    def preprocess(self, inputs: list[RequestImages]) -> list[Preprocessed | ImageRejected]:
-        """The images of all ``inputs`` in one executor run; per request its rows, or its first bad image."""
+    def preprocess(
+        self, inputs: list[RequestImages], *, synchronize: bool = True
+    ) -> list[Preprocessed | ImageRejected]:
+        """The images of all ``inputs`` in one executor run; per request its rows, or its first bad image.
+        ``synchronize`` False: a GPU executor's rows may still be computing on its stream (see its ``run``)."""
         images = [data for x in inputs for data in x.images]
         wanted, first_rows = plan_rows(inputs, self.image_outputs)
-        result = self.executor.run(images, wanted)
+        result = self.executor.run(images, wanted, synchronize=synchronize)
         detach_errors(result.errors)
         self.metrics.record_batch(result.decoded_by, result.timings)
         self.metrics.record_rejections(Counter(e.reason for e in result.errors.values()))

@@ -172,6 +172,14 @@ def execute_ms(phases: dict[str, float]) -> float:
     return sum(v for k, v in phases.items() if k not in NESTED)
 
 
+#: the preprocess step's time after decoding (classify_fused leaves the wait for the GPU to the network)
+KERNELS_LABEL = "resize, crop, normalize kernels; the wait for the GPU unless the network follows (total_s - decode_s)"
+#: the runtime's time until it hands over the logits (on a GPU: enqueued, not yet computed)
+NETWORK_LABEL = "the network, enqueued (its runtime)"
+#: top-k behind the network on its stream: the kernel, the copies to the host and the wait for both
+TOP_K_LABEL = "top-k and the copy to the host, waiting for the network's GPU work"
+
+
 def inner_rows(step: str, phases: dict[str, float]) -> list[tuple[str, float, int]]:
     """What a step's nested phases say, as (label, ms, depth below the step): the decode, the kernels and the rest
     of ``preprocess``; the turn, the network, top-k and the rest of ``run``; [] for a step without nested phases."""
@@ -185,9 +193,9 @@ def inner_rows(step: str, phases: dict[str, float]) -> list[tuple[str, float, in
         if fallback >= 0.005:
             rows.append(("of which the CPU fallback (decode_s - decode_gpu_s)", fallback, 2))
         if "total_s" in nested:
-            rows.append(("resize, crop, normalize kernels and the stream's sync (total_s - decode_s)",
+            rows.append((KERNELS_LABEL,
                          nested["total_s"] - nested["decode_s"], 1))  # fmt: skip
-    labels = {"turn_wait": "waiting for a turn at the GPU", "network": "the network (its runtime)", "top_k": "top-k"}
+    labels = {"turn_wait": "waiting for a turn at the GPU", "network": NETWORK_LABEL, "top_k": TOP_K_LABEL}
     rows += [(labels[k], nested[k], 1) for k in ("turn_wait", "network", "top_k") if k in nested]
     covered = nested.get("total_s", sum(nested.get(k, 0.0) for k in labels))
     rows.append((f"the rest of {step} (checks, batching, splitting rows)", phases[step] - covered, 1))
