@@ -109,14 +109,21 @@ def call_for(path: str, executor: Any, runtime: Any, top_k: Any, ready: Any) -> 
     return {"waits": waits, "one_wait": one_wait, "executor": alone, "network_b1": network_b1}[path]
 
 
-def measure(call: Callable[[bytes], dict[str, float]], images: list[bytes], calls: int, gap_s: float) -> dict:
-    """``calls`` timed calls (after :data:`WARMUP_CALLS`), ``gap_s`` asleep before each: ms per call and per step."""
+def measure(
+    call: Callable[[bytes], dict[str, float]], images: list[bytes], calls: int, gap_s: float, spin: bool = False
+) -> dict:
+    """``calls`` timed calls (after :data:`WARMUP_CALLS`), ``gap_s`` asleep (``spin``: busy on the CPU) before each:
+    ms per call and per step."""
     for i in range(WARMUP_CALLS):
         call(images[i % len(images)])
     totals: list[float] = []
     steps: dict[str, list[float]] = {}
     for i in range(calls):
-        if gap_s:
+        if gap_s and spin:
+            end = time.perf_counter() + gap_s
+            while time.perf_counter() < end:
+                pass
+        elif gap_s:
             time.sleep(gap_s)
         t0 = time.perf_counter()
         parts = call(images[i % len(images)])
@@ -137,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--images", type=Path, required=True, help="a folder of JPEGs (one a call, in turn)")
     ap.add_argument("--out", type=Path, required=True, help="JSON rows, one per (path, gap)")
     ap.add_argument("--gaps-ms", default="0,3", help="idle milliseconds before each call (comma list)")
+    ap.add_argument("--gap-modes", default="sleep", help="sleep (the thread asleep), spin (busy on the CPU), or both")
     ap.add_argument("--calls", type=int, default=300, help="timed calls per (path, gap)")
     ap.add_argument("--paths", default=",".join(PATHS), help=f"comma list of {', '.join(PATHS)}")
     args = ap.parse_args(argv)
@@ -152,14 +160,15 @@ def main(argv: list[str] | None = None) -> int:
         with runtime.device:
             ready = cp.asarray(np.zeros((1, *runtime.input_dims), np.float32))
         rows = []
-        for gap in (float(g) for g in args.gaps_ms.split(",")):
+        gaps = [(float(g), mode) for g in args.gaps_ms.split(",") for mode in args.gap_modes.split(",")]
+        for gap, mode in dict.fromkeys((g, m if g else "sleep") for g, m in gaps):
             for path in args.paths.split(","):
                 call = call_for(path, executor, runtime, top_k, ready)
-                row = {"kind": "lone_image", "path": path, "gap_ms": gap, "calls": args.calls,
-                       **measure(call, images, args.calls, gap / 1e3)}  # fmt: skip
+                row = {"kind": "lone_image", "path": path, "gap_ms": gap, "gap_mode": mode, "calls": args.calls,
+                       **measure(call, images, args.calls, gap / 1e3, spin=mode == "spin")}  # fmt: skip
                 rows.append(row)
                 steps = ", ".join(f"{k} {v['p50']:.3f}" for k, v in row["steps_ms"].items())
-                log.info("%-10s gap %4.1f ms: p50 %.3f ms, p90 %.3f ms (steps p50: %s)", path, gap,
+                log.info("%-10s gap %4.1f ms %-5s: p50 %.3f ms, p90 %.3f ms (steps p50: %s)", path, gap, mode,
                          row["call_ms"]["p50"], row["call_ms"]["p90"], steps)  # fmt: skip
         args.out.write_text("".join(json.dumps(r) + "\n" for r in rows))
     finally:

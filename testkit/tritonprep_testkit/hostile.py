@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -16,6 +17,8 @@ from tritonprep_client import image_input
 
 from .corpus import Item
 from .loadgen import GrpcSender
+
+log = logging.getLogger(__name__)
 
 
 def metric_key(name: str, **labels: str) -> str:
@@ -73,8 +76,14 @@ def library_results(items: list[Item]) -> list[BatchResult]:
 
 def preprocess_concurrently(server: EmbeddedServer, images: list[bytes], threads: int = 8) -> list[Any]:
     """One ``preprocess`` request per image, ``threads`` at a time (so that they share dynamic
-    batches); each answer is the PIXELS array or the InferenceServerException."""
+    batches); each answer is the PIXELS array or the InferenceServerException.
+
+    A request the server refused for overload (its queue full, or its front-queue timeout spent behind a batch
+    that a decompression bomb held up) was never looked at: it is sent again alone, as a client retries such
+    a refusal (``tritonprep_client.retry``), so that every image gets the server's own verdict."""
     from tritonclient.utils import InferenceServerException
+
+    from tritonprep_client.retry import OVERLOADED, retry_cause
 
     sender = GrpcSender(server.options.grpc_url)
 
@@ -87,6 +96,13 @@ def preprocess_concurrently(server: EmbeddedServer, images: list[bytes], threads
 
     try:
         with ThreadPoolExecutor(threads) as pool:
-            return list(pool.map(call, images))
+            answers = list(pool.map(call, images))
+        for i, answer in enumerate(answers):
+            for _ in range(5):  # alone now: only another client's burst could refuse it again
+                if not (isinstance(answer, InferenceServerException) and retry_cause(answer) == OVERLOADED):
+                    break
+                log.info("image %d was refused for overload (%s): sent again alone", i, answer.message())
+                answer = answers[i] = call(images[i])
+        return answers
     finally:
         sender.close()

@@ -72,7 +72,7 @@ def executor(
     def alive() -> int:
         return sum(r() is not None for r in seen["attempts"])
 
-    def run(images, rows):
+    def run(images, rows, synchronize=True):
         seen["alive_at_attempt"].append(alive())
         arrays = Arrays()
         seen["attempts"].append(weakref.ref(arrays))

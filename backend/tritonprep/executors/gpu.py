@@ -467,6 +467,7 @@ class GpuExecutor:
         except cuda_errors as e:
             log.info("closing the GPU executor after a CUDA error (%s): releasing what can be released", e)
         finally:  # a poisoned context raises above: the threads are stopped all the same
+            self._pending = None  # an unsynchronized call's decoded images go before their decoders
             if self.decoder is not None:
                 self.decoder.close()
                 self.decoder = None
