@@ -1,4 +1,5 @@
-"""CUDA in one place: CuPy's import with its install hint, and the guard against sticky CUDA errors.
+"""CUDA in one place: CuPy's import with its install hint, the guard against sticky CUDA errors, and an
+instance's share of the SMs under MPS.
 
 Some CUDA errors poison the process's CUDA context for good (an illegal address, a device-side
 assert, a launch failure: :data:`STICKY_CUDA_ERRORS`): every later call on that context fails too,
@@ -24,6 +25,10 @@ Once the guard has raised, :func:`context_poisoned` says so for the rest of the 
 instances' ``close`` then releases nothing on the GPU (a destructor that waits on a poisoned context's
 stream or decoder threads can hang forever; the process is about to end and the driver frees it all).
 
+Under MPS, :func:`limit_sm_share` gives this process's CUDA context a share of the GPU's SMs
+(``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``, which the driver reads when the context is created: call it first), and
+:func:`context_sm_count` reads back how many SMs the context got (CUDA's execution affinity).
+
 Likewise, once :func:`mark_process_ending` was called (by a Python-backend stub that ends itself right
 after ``finalize``, :func:`tritonprep.triton.stub.finalize_instance`), ``close`` waits for the GPU work
 and stops its threads but leaves memory, decoders and pinned buffers to the process's end, which frees
@@ -34,6 +39,8 @@ of a GPU instance's 0.3-0.9 s release on the H100).
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import os
 import re
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -152,3 +159,32 @@ def cuda_fault_guard(device: int, what: str, probe: Callable[[], object] | None 
     except Exception as error:  # noqa: BLE001 - classified, then re-raised unchanged unless sticky
         raise_if_sticky(error, device=device, what=what, probe=probe)
         raise
+
+
+#: the MPS client's share of the SMs, in percent, as the CUDA driver reads it when a context is created
+MPS_THREADS_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+
+
+def limit_sm_share(percentage: int) -> None:
+    """Give the CUDA context this process creates next ``percentage`` % of the GPU's SMs (an MPS client only;
+    without MPS the driver ignores it). 0 leaves the environment as it is (the server's, or no limit)."""
+    if percentage:
+        os.environ[MPS_THREADS_ENV] = str(percentage)
+
+
+def context_sm_count() -> int | None:
+    """The SMs the current CUDA context may use (its execution affinity; fewer than the GPU's under an MPS share),
+    or None where the driver does not say (no context, no GPU, a driver before CUDA 11.4)."""
+
+    class SmCount(ctypes.Structure):  # CUexecAffinityParam with its smCount member
+        _fields_ = [("type", ctypes.c_int), ("val", ctypes.c_uint)]
+
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+        query = lib.cuCtxGetExecAffinity
+    except (OSError, AttributeError):
+        return None
+    param = SmCount()
+    if query(ctypes.byref(param), 0) != 0:  # CU_EXEC_AFFINITY_TYPE_SM_COUNT
+        return None
+    return int(param.val)

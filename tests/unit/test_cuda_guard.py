@@ -8,10 +8,12 @@ the same class names, attributes and messages.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tritonprep.cuda import STICKY_CUDA_ERRORS, cuda_fault_guard, import_cupy, sticky_error, sticky_status
-from tritonprep.errors import InstanceFailed, RuntimeUnavailable
+from tritonprep.errors import ConfigError, InstanceFailed, RuntimeUnavailable
 
 
 class CUDARuntimeError(RuntimeError):
@@ -148,3 +150,18 @@ def test_cupy_missing_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", None)  # import raises ImportError
     with pytest.raises(RuntimeUnavailable, match=r"CuPy is not installed .*tritonprep\[gpu-cu13\]"):
         import_cupy()
+
+
+def test_an_mps_share_is_set_for_the_next_context_and_none_leaves_the_environment(monkeypatch):
+    from tritonprep.cuda import MPS_THREADS_ENV, context_sm_count, limit_sm_share
+    from tritonprep.spec import PreprocessConfig
+
+    monkeypatch.setenv(MPS_THREADS_ENV, "75")  # the server's own
+    limit_sm_share(0)
+    assert os.environ[MPS_THREADS_ENV] == "75"
+    limit_sm_share(40)
+    assert os.environ[MPS_THREADS_ENV] == "40"
+    assert context_sm_count() is None  # no current CUDA context here: the driver does not say
+    assert PreprocessConfig.from_parameters({"mps_active_thread_percentage": "40"}).mps_active_thread_percentage == 40
+    with pytest.raises(ConfigError, match="mps_active_thread_percentage must be 1..100"):
+        PreprocessConfig.from_parameters({"mps_active_thread_percentage": "101"})

@@ -128,6 +128,10 @@ def test_classifier_parameter_axis_serves_one_copy_per_value() -> None:
             parameter_axis(argparse.Namespace(classifier_parameter=bad))
     with pytest.raises(ValueError, match="declares no parameter 'fuse_conv_bais'"):  # before any server runs
         parameter_axis(argparse.Namespace(classifier_parameter="fuse_conv_bais=true"))
+    other = argparse.Namespace(classifier_parameter="preprocess:mps_active_thread_percentage=shipped,40")
+    assert parameter_axis(other) == ("preprocess:mps_active_thread_percentage", ["shipped", "40"])
+    with pytest.raises(ValueError, match="the preprocess's GPU config declares no parameter 'batch_buckets'"):
+        parameter_axis(argparse.Namespace(classifier_parameter="preprocess:batch_buckets=1"))
 
 
 def test_classifier_parameter_reaches_classify_fused_network_too(tmp_path) -> None:
@@ -144,6 +148,11 @@ def test_classifier_parameter_reaches_classify_fused_network_too(tmp_path) -> No
     fused = (tmp_path / "classify_fused" / "configs" / "gpu.pbtxt").read_text()
     assert 'key: "network.fuse_conv_bias" value: { string_value: "true" }' in fused
     assert set_parameter(tmp_path, "network_turns", "off") == ["classifier"]  # classify_fused has no such parameter
+    shutil.copytree(REPO / "model_repository" / "preprocess", tmp_path / "preprocess", symlinks=True)
+    assert set_parameter(tmp_path, "preprocess:mps_active_thread_percentage", "40") == ["preprocess"]  # that model only
+    prep = (tmp_path / "preprocess" / "configs" / "gpu.pbtxt").read_text()
+    assert 'key: "mps_active_thread_percentage" value: { string_value: "40" }' in prep
+    assert "mps_active_thread_percentage" not in (tmp_path / "classify_fused" / "configs" / "gpu.pbtxt").read_text()
 
 
 def test_a_classifier_parameter_labels_the_classify_rows_too() -> None:

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from .. import cache
-from ..cuda import context_poisoned, cuda_fault_guard, import_cupy, process_ending
+from ..cuda import context_poisoned, context_sm_count, cuda_fault_guard, import_cupy, limit_sm_share, process_ending
 from ..decode import ImageHeader, validate
 from ..decode.failures import FailureLog
 from ..decode.nvimgcodec import DecodedImage, GpuDecoder
@@ -134,12 +134,15 @@ class GpuExecutor:
         self.failures = FailureLog(log, f"GPU executor on device {device_id}")
         self.timings["imports"] = time.perf_counter() - t0
         t0 = time.perf_counter()
+        limit_sm_share(config.mps_active_thread_percentage)  # before this process's CUDA context exists
         try:
             self.device = cp.cuda.Device(device_id)
             self.device.use()
             self.stream = cp.cuda.Stream(non_blocking=True)
         except cp.cuda.runtime.CUDARuntimeError as e:
             raise RuntimeUnavailable(f"GPU {device_id} is not usable: {e}") from None
+        #: the SMs this process's context may use (None: the driver does not say)
+        self.sm_count = context_sm_count()
         if self.pool_limit_mb is not None:
             with self.device:
                 cp.get_default_memory_pool().set_limit(size=self.pool_limit_mb << 20)
@@ -178,6 +181,9 @@ class GpuExecutor:
             f"{name} {s.interpolation}/{s.layout}/{s.channel_order}/{s.dtype}" for name, s in self.config.outputs
         )
         pool = f"; CuPy pool capped at {self.pool_limit_mb} MiB" if self.pool_limit_mb is not None else ""
+        share = self.config.mps_active_thread_percentage
+        if share:
+            pool += f"; MPS share {share} %: {self.sm_count if self.sm_count is not None else 'unknown'} SMs"
         phases = ", ".join(f"{k} {v:.2f} s" for k, v in self.timings.items())
         return (
             f"GPU executor on device {self.device.id}: decoder {decoder}; kernel {kernels}{pool}; started in {phases}"

@@ -34,6 +34,8 @@ class PreprocessConfig:
     limits: Limits = field(default_factory=Limits)
     #: the most GPU memory one GPU instance may hold (the parameter's text, tritonprep.memory; "": no cap)
     gpu_memory_mb: str = ""
+    #: under MPS, the share of the GPU's SMs a GPU instance's process may use, percent (0: no limit of its own)
+    mps_active_thread_percentage: int = 0
 
     def __post_init__(self) -> None:
         check_choice("executor", self.executor, EXECUTORS)
@@ -41,6 +43,10 @@ class PreprocessConfig:
             instance_budget_mb(self.gpu_memory_mb)  # a malformed budget fails the load, not the first GPU use
         if self.cpu_threads < 0:
             raise ConfigError(f"cpu_threads must be >= 0, got {self.cpu_threads}")
+        if not 0 <= self.mps_active_thread_percentage <= 100:
+            raise ConfigError(
+                f"mps_active_thread_percentage must be 1..100 (or 0: no limit), got {self.mps_active_thread_percentage}"
+            )
         if not self.outputs:
             raise ConfigError("the preprocess model declares no image output; add one (e.g. PIXELS) to config.pbtxt")
         names = [n for n, _ in self.outputs]

@@ -158,6 +158,15 @@ PARAMETERS: tuple[Parameter, ...] = (
         "GPU instances: the most GPU memory one instance may hold, its CUDA context included, MiB (empty: no cap); "
         "caps its CuPy pool and the decoded images it keeps (tritonprep.memory)",
     ),
+    Parameter(
+        "mps_active_thread_percentage",
+        "model.mps_active_thread_percentage",
+        read_int,
+        "0",
+        "GPU instances under MPS: the share of the GPU's SMs the instance's process may use, percent "
+        "(CUDA_MPS_ACTIVE_THREAD_PERCENTAGE for its CUDA context; 0: no limit of its own), so that its kernels leave "
+        "the network room",
+    ),
     Parameter("max_encoded_bytes", "limits.max_encoded_bytes", read_int, "20000000", "largest accepted encoded image"),
     Parameter("max_pixels", "limits.max_pixels", read_int, "16800000", "largest accepted decoded image (width*height)"),
     Parameter("max_images_per_request", "limits.max_images_per_request", read_int, "64", "most images in one request"),

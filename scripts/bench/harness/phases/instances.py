@@ -9,8 +9,9 @@ or dropped) and of ``--classifier-turns`` (``shipped,off``: the classifier's ins
 GPU's network, as shipped, or running their networks side by side) and of ``--classifier-parameter``
 (``KEY=shipped,VALUE,...``: one more parameter of the classifier's configs, e.g. ``fuse_conv_bias=shipped,true``,
 or ``batch_buckets=shipped,1+64`` where a value holds commas; ``classify_fused`` takes it as ``network.KEY``
-where it declares that), and measures ``classify`` and ``classify_fused`` (``--instance-models``) at 8
-images/request (c=64), 32 (c=16) and one image at c=16 and c=1 on each. The
+where it declares that; ``MODEL:KEY=...`` names another model's, e.g.
+``preprocess:mps_active_thread_percentage=shipped,40``), and measures ``classify`` and ``classify_fused``
+(``--instance-models``) at 8 images/request (c=64), 32 (c=16) and one image at c=16 and c=1 on each. The
 report ranks the combinations per model by throughput, with each one's c=1 p50, peak memory and launch to ready.
 """
 
@@ -33,7 +34,7 @@ MODELS = ("classify", "classify_fused")
 MPS_THREADS_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 _SHORT = {"preprocess": "p", "classifier": "c", "postprocess": "pp", "classify_fused": "f"}
 #: the models each measured model runs: a parameter changed in any of them labels its rows
-RUNS = {"classify": ("classify", "classifier"), "classify_fused": ("classify_fused",)}
+RUNS = {"classify": ("classify", "preprocess", "classifier"), "classify_fused": ("classify_fused",)}
 
 
 def changes(model: str, changed: list[str]) -> bool:
@@ -100,14 +101,20 @@ def parameter_axis(args: argparse.Namespace) -> tuple[str, list[str]]:
     if not sep or not key.strip() or not items:
         raise ValueError(f"--classifier-parameter: expected KEY=VALUE,VALUE (e.g. fuse_conv_bias=shipped,true), got "
                          f"{given!r}")  # fmt: skip
-    if f'key: "{key.strip()}"' not in (SOURCE / "classifier" / "configs" / "gpu.pbtxt").read_text():
-        raise ValueError(f"--classifier-parameter: the classifier's GPU config declares no parameter {key.strip()!r}")
+    model, _, name = key.strip().rpartition(":")
+    if f'key: "{name}"' not in (SOURCE / (model or "classifier") / "configs" / "gpu.pbtxt").read_text():
+        raise ValueError(f"--classifier-parameter: the {model or 'classifier'}'s GPU config declares no parameter "
+                         f"{name!r}")  # fmt: skip
     return key.strip(), items
 
 
 def set_parameter(repo: Path, key: str, value: str) -> list[str]:
     """``key`` = ``value`` in the copy's classifier, and as ``network.<key>`` in its ``classify_fused`` where that
-    declares it (the same network); the models changed."""
+    declares it (the same network); ``MODEL:KEY`` in that model only; the models changed."""
+    model, _, key = key.rpartition(":")
+    if model:
+        with_parameter(repo / model, key, value)
+        return [model]
     with_parameter(repo / "classifier", key, value)
     try:
         with_parameter(repo / "classify_fused", f"network.{key}", value)
@@ -144,7 +151,7 @@ def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
             tag_of(counts, percentage)
             + ("-nopref" if batching == "none" else "")
             + ("-noturns" if turns == "off" else "")
-            + (f"-{key}-{value.replace(',', '+')}" if value != "shipped" else "")
+            + (f"-{key.replace(':', '-')}-{value.replace(',', '+')}" if value != "shipped" else "")
         )
         label = (
             label_of(counts, percentage)
