@@ -16,7 +16,7 @@ requests):
 One JSON row per (path, gap): p50, p90 and mean milliseconds of a call and of its steps' host time
 (``preprocess``, ``network``, ``top_k``; under ``one_wait`` the network's and top-k's GPU work is waited for in top-k).
 
-    python -m scripts.bench.lone_image --images DIR --out FILE [--gaps-ms 0,3] [--calls 300]
+    python -m scripts.bench.lone_image --images DIR --out FILE [--gaps-ms 0,3] [--gap-modes sleep,spin] [--calls 300]
 """
 
 from __future__ import annotations
