@@ -106,6 +106,15 @@ def context_poisoned(device: int | None = None) -> bool:
     return bool(_POISONED) if device is None else device in _POISONED
 
 
+def note_if_sticky(error: BaseException, device: int) -> bool:
+    """At teardown, where nothing may raise: mark ``device``'s context poisoned if ``error`` is sticky (work left
+    unawaited, e.g. a ``classify_fused`` execute whose every request was refused, can surface it only now)."""
+    if sticky_error(error) is None:
+        return False
+    _POISONED.add(device)
+    return True
+
+
 def sticky_status(status: int) -> str | None:
     """The runtime API name of CUDA status ``status`` if it is sticky (``700`` -> ``cudaErrorIllegalAddress``)."""
     names = STICKY_CUDA_ERRORS.get(status)

@@ -55,11 +55,13 @@ def build_job() -> tuple[Any, Any, Any]:
     network = REPOSITORY / net.pop("model", DEFAULT_NETWORK)
     config = PreprocessConfig.from_parameters(prep, [PIXELS])
     executor = GpuExecutor(config, 0)
-    options = RuntimeOptions.from_parameters(net, 256)
+    options = RuntimeOptions.from_parameters({**net, "runtime": "onnxruntime"}, 256)  # the shipped GPU runtime
     runtime = load_runtime(
         network, config.spec(PIXELS).output_shape, options=options, device_id=0, use_gpu=True, max_batch=256,
         stream=executor.stream,
     )  # fmt: skip
+    if getattr(runtime, "stream", None) is not executor.stream:
+        raise RuntimeError(f"the network runs on {runtime.name}, not on the executor's stream: nothing to compare")
     log.info("job: %s; network %s (%s), buckets %s", executor.describe(), network.name, runtime.name,
              options.batch_buckets)  # fmt: skip
     return executor, runtime, TopK(5)

@@ -165,3 +165,12 @@ def test_an_mps_share_is_set_for_the_next_context_and_none_leaves_the_environmen
     assert PreprocessConfig.from_parameters({"mps_active_thread_percentage": "40"}).mps_active_thread_percentage == 40
     with pytest.raises(ConfigError, match="mps_active_thread_percentage must be 1..100"):
         PreprocessConfig.from_parameters({"mps_active_thread_percentage": "101"})
+
+
+def test_a_sticky_error_at_teardown_marks_its_gpu_poisoned_and_another_does_not(monkeypatch):
+    from tritonprep import cuda
+
+    monkeypatch.setattr(cuda, "_POISONED", set())
+    assert not cuda.note_if_sticky(RuntimeError("out of memory"), 3) and not cuda.context_poisoned(3)
+    assert cuda.note_if_sticky(RuntimeError("cudaErrorIllegalAddress: an illegal memory access"), 3)
+    assert cuda.context_poisoned(3) and not cuda.context_poisoned(0)

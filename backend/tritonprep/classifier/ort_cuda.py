@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from ..cache import use_for_cupy
-from ..cuda import cuda_fault_guard, import_cupy
+from ..cuda import cuda_fault_guard, import_cupy, note_if_sticky
 from ..errors import ConfigError, RuntimeUnavailable
 from .bucket_plan import BucketPlan, measure
 from .ort_options import CudaEpOptions, OptimizedModels, batch_dim_name, quiet_provider_lookup, session_caps_mb
@@ -392,6 +392,7 @@ class OrtCudaRuntime:
             try:
                 self.stream.synchronize()
             except (cp.cuda.runtime.CUDARuntimeError, cp.cuda.driver.CUDADriverError) as e:
+                note_if_sticky(e, self.device.id)  # the executor sharing this stream then leaves its decoders be
                 log.info("closing the network after a CUDA error (%s): releasing what can be released", e)
         buckets, self._buckets = self._buckets, []
         for bucket in buckets:

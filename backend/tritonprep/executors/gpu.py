@@ -42,7 +42,15 @@ from typing import Any
 import numpy as np
 
 from .. import cache
-from ..cuda import context_poisoned, context_sm_count, cuda_fault_guard, import_cupy, limit_sm_share, process_ending
+from ..cuda import (
+    context_poisoned,
+    context_sm_count,
+    cuda_fault_guard,
+    import_cupy,
+    limit_sm_share,
+    note_if_sticky,
+    process_ending,
+)
 from ..decode import ImageHeader, validate
 from ..decode.failures import FailureLog
 from ..decode.nvimgcodec import DecodedImage, GpuDecoder
@@ -208,13 +216,9 @@ class GpuExecutor:
         self.timings["warm_up_decode"] = result.timings["decode_s"]  # the decoders' first call, of warm_up
 
     def _staging(self, nbytes: int) -> np.ndarray:
-        """A pinned host buffer of at least ``nbytes``.
-
-        Up to ``STAGING_KEEP_BYTES`` one buffer is kept and reused across calls, grown to the
-        next power of two; a larger upload gets a buffer of its own that is released after the
-        call (see :meth:`_release_pinned`), so a rare huge batch does not pin that much host
-        memory for the life of the process.
-        """
+        """A pinned host buffer of at least ``nbytes``: up to ``STAGING_KEEP_BYTES`` one kept and reused across calls
+        (grown to the next power of two); a larger upload's own, released after the call (:meth:`_release_pinned`),
+        so that a rare huge batch does not pin that much host memory for the life of the process."""
         import cupyx
 
         if nbytes > STAGING_KEEP_BYTES:
@@ -307,9 +311,8 @@ class GpuExecutor:
             )
 
     def _free_failed_attempt(self) -> None:
-        """After a run out of GPU memory: its arrays back to the pool (the frames that held them may sit in
-        reference cycles with the exception, which only the collector breaks), then the pool's cached
-        blocks back to the driver, so that a retry (here, or the model's request by request) starts clean."""
+        """After a run out of GPU memory: its arrays back to the pool (the collector breaks their frames' cycles with
+        the exception), then the cached blocks to the driver, so that a retry (here, or per request) starts clean."""
         gc.collect()
         self._release_pools()
 
@@ -452,12 +455,9 @@ class GpuExecutor:
         self._release_pinned()
 
     def close(self) -> None:
-        """Release the GPU, in the order that cannot fail at interpreter exit; idempotent.
-
-        The stream's work is awaited, the decoders closed (their threads joined, their images, decoder
-        objects, streams and events released in order), the CPU fallback threads joined, the staging buffer
-        and the pools' cached blocks handed back, and the stream dropped last.
-        """
+        """Release the GPU in the order that cannot fail at interpreter exit (idempotent): the stream's work awaited,
+        the decoders closed (threads, images, decoder objects, streams, events), the CPU threads joined, the staging
+        buffer and the pools' cached blocks handed back, the stream dropped last."""
         if getattr(self, "_closed", True):
             return
         self._closed = True
@@ -471,15 +471,18 @@ class GpuExecutor:
         try:
             self.stream.synchronize()
         except cuda_errors as e:
+            note_if_sticky(e, self.device.id)  # then nothing below waits on the GPU
             log.info("closing the GPU executor after a CUDA error (%s): releasing what can be released", e)
         finally:  # a poisoned context raises above: the threads are stopped all the same
-            self._pending = None  # an unsynchronized call's decoded images go before their decoders
+            poisoned = context_poisoned(self.device.id)
+            if not poisoned:
+                self._pending = None  # an unsynchronized call's decoded images go before their decoders
             if self.decoder is not None:
                 self.decoder.close()
                 self.decoder = None
             self._pool.shutdown(wait=True)
             self.failures.flush()
-            if process_ending():  # idle now; the process's end frees the rest (see tritonprep.cuda)
+            if poisoned or process_ending():  # idle now; the process's end frees the rest (see tritonprep.cuda)
                 log.info("GPU executor on device %d: idle in %.2f s", self.device.id, time.perf_counter() - t0)
             else:
                 self._pinned = self._in_flight_staging = self._pending = None

@@ -164,8 +164,8 @@ PARAMETERS: tuple[Parameter, ...] = (
         read_int,
         "0",
         "GPU instances under MPS: the share of the GPU's SMs the instance's process may use, percent "
-        "(CUDA_MPS_ACTIVE_THREAD_PERCENTAGE for its CUDA context; 0: no limit of its own), so that its kernels leave "
-        "the network room",
+        "(CUDA_MPS_ACTIVE_THREAD_PERCENTAGE for its CUDA context and the processes it starts; 0: none of its own, the "
+        "server's environment decides); in classify_fused it limits the network too (one process)",
     ),
     Parameter("max_encoded_bytes", "limits.max_encoded_bytes", read_int, "20000000", "largest accepted encoded image"),
     Parameter("max_pixels", "limits.max_pixels", read_int, "16800000", "largest accepted decoded image (width*height)"),

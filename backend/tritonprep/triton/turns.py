@@ -4,7 +4,8 @@ Every Python-backend instance is a process. Under CUDA MPS the two ``classifier`
 side by side, each at about half speed, so both finish at about the same time and then do their CPU work
 (reading and answering requests, Triton's input and output) at the same time too, while the GPU has no
 network to run. With turns, one instance holds the GPU for its network while the other does its CPU work,
-as the stages of a pipeline do.
+as the stages of a pipeline do. A turn lasts until the network's results are on the host (its top-k, or its
+logits where asked for: they are waited for with the network, in one wait).
 
 A turn is an exclusive ``flock`` on a file in the server's work folder: the ``locks`` folder of the
 instances' reports (:data:`tritonprep.reports.ENV`), one file per model and GPU. The kernel releases a
