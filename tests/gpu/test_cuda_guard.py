@@ -35,6 +35,25 @@ if target == "executor":
     images = make_jpegs(500, 375, 4, seed=1)
     runtime = GpuExecutor(PreprocessConfig.single(), 0)
     stream, call = runtime.stream, lambda: runtime.run(images)
+elif target == "fused":  # classify_fused's job: the executor's work left on the stream the network runs on
+    from pathlib import Path
+
+    from tritonprep.classifier.ort_cuda import OrtCudaRuntime
+    from tritonprep.classifier.postprocess import TopK
+    from tritonprep.executors.gpu import GpuExecutor
+    from tritonprep.spec import PreprocessConfig
+    from tritonprep_testkit.photos import make_jpegs
+
+    images = make_jpegs(500, 375, 2, seed=1)
+    executor = GpuExecutor(PreprocessConfig.single(), 0)
+    runtime = OrtCudaRuntime(Path(onnx), (3, 224, 224), buckets=(1, 2), stream=executor.stream)
+    stream = executor.stream
+
+    def call(poison=False):
+        pixels = executor.run(images, synchronize=False).output
+        if poison:  # behind the unawaited preprocessing: the network's step meets the error first
+            launch.illegal_write(stream)
+        return runtime.infer_many([pixels], then=TopK(5))
 elif target == "embedder":
     import cupy as cp
 
@@ -58,9 +77,13 @@ else:
         stream = runtime._stream
     call = lambda: runtime.infer(x)  # noqa: E731
 call()  # works before the fault
-launch.illegal_write(stream)
+if target == "fused":
+    poisoned_call = lambda: call(poison=True)  # noqa: E731
+else:
+    launch.illegal_write(stream)
+    poisoned_call = call
 try:
-    call()
+    poisoned_call()
 except InstanceFailed as e:
     print(f"INSTANCE-FAILED {e}", flush=True)
     sys.exit(0)
@@ -118,3 +141,10 @@ def test_the_tensorrt_network_fails_its_instance_after_an_illegal_address(cp):
 def test_the_embedders_cast_fails_its_instance_after_an_illegal_address(cp):
     out = poison_and_call("embedder")
     assert "CUDA error cudaErrorIllegalAddress on GPU 0 in the embedder" in out, out
+
+
+def test_classify_fused_fails_its_instance_when_the_fault_surfaces_in_its_network_step(cuda_ep, nvimgcodec):
+    """The executor's work is not waited for before the network (one wait per execute): a sticky error behind it
+    surfaces in the network's step, whose guard must still turn it into InstanceFailed."""
+    out = poison_and_call("fused")
+    assert "CUDA error cudaErrorIllegalAddress on GPU 0 in the network (ONNX Runtime CUDA)" in out, out
