@@ -485,7 +485,7 @@ class GpuExecutor:
             if poisoned or process_ending():  # idle now; the process's end frees the rest (see tritonprep.cuda)
                 log.info("GPU executor on device %d: idle in %.2f s", self.device.id, time.perf_counter() - t0)
             else:
-                self._pinned = self._in_flight_staging = self._pending = None
+                self._pinned = self._in_flight_staging = None
                 try:
                     self._release_pools()
                 except cuda_errors as e:

@@ -21,6 +21,8 @@ import argparse
 import logging
 from pathlib import Path
 
+from tritonprep.cuda import MPS_THREADS_ENV
+
 from ..repos import SOURCE, make_repo, with_parameter, without_preferred_batch_sizes
 from ..run import Run
 from ..settings import Setting, instance_grid, instances_label, parse_instances, parse_percentages
@@ -31,7 +33,6 @@ log = logging.getLogger("harness")
 #: image at c=16, where the network's batches hold 7-63 images (what a bucket set pads), and at c=1 (latency)
 INSTANCE_POINTS = [(8, [64]), (32, [16]), (1, [16]), (1, [1])]
 MODELS = ("classify", "classify_fused")
-MPS_THREADS_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 _SHORT = {"preprocess": "p", "classifier": "c", "postprocess": "pp", "classify_fused": "f"}
 #: the models each measured model runs: a parameter changed in any of them labels its rows
 RUNS = {"classify": ("classify", "preprocess", "classifier"), "classify_fused": ("classify_fused",)}
