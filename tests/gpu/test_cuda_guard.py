@@ -147,4 +147,7 @@ def test_classify_fused_fails_its_instance_when_the_fault_surfaces_in_its_networ
     """The executor's work is not waited for before the network (one wait per execute): a sticky error behind it
     surfaces in the network's step, whose guard must still turn it into InstanceFailed."""
     out = poison_and_call("fused")
-    assert "CUDA error cudaErrorIllegalAddress on GPU 0 in the network (ONNX Runtime CUDA)" in out, out
+    assert (
+        "CUDA error cudaErrorIllegalAddress on GPU 0 in the network (ONNX Runtime CUDA) or the work before it on its "
+        "shared stream (the preprocessing)" in out
+    ), out

@@ -165,6 +165,12 @@ class OrtCudaRuntime:
         t0 = time.perf_counter()
         self._cp = cupy
         self._own_stream = stream is None
+        #: what a sticky fault in a run is said to come from: on a shared stream, work enqueued before the run
+        self.fault_source = (
+            "the network (ONNX Runtime CUDA)"
+            if stream is None
+            else "the network (ONNX Runtime CUDA) or the work before it on its shared stream (the preprocessing)"
+        )
         try:
             self.device = cupy.cuda.Device(device_id)
             self.device.use()
@@ -442,7 +448,7 @@ class OrtCudaRuntime:
             self._warned_thread = True  # graphs are per thread: ORT captures again on this one, once
             log.warning("classifier runs on another thread than it was warmed up on; CUDA graphs are captured again")
         chunks = []
-        with cuda_fault_guard(self.device.id, "the network (ONNX Runtime CUDA)", probe=self.stream.synchronize):
+        with cuda_fault_guard(self.device.id, self.fault_source, probe=self.stream.synchronize):
             with self.device, self.stream:
                 start = 0
                 for size in self.plan.chunks(n) if n else ():

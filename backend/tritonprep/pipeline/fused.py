@@ -81,6 +81,13 @@ def split_budget(budget_mb: int | None) -> tuple[int | None, int]:
     return CUDA_CONTEXT_MB + prep_share, prep_share
 
 
+def shares_stream(runtime: object, executor: object) -> bool:
+    """Whether the network runs on the executor's own CUDA stream, so work the executor leaves on it unawaited
+    comes before the network's. False where either has no stream (a CPU executor or runtime) or they differ."""
+    stream = getattr(executor, "stream", None)
+    return stream is not None and getattr(runtime, "stream", None) is stream
+
+
 class FusedClassifyModel:
     """One instance of ``classify_fused``: the preprocess stage, the network and top-k as the steps of one job."""
 
@@ -132,7 +139,7 @@ class FusedClassifyModel:
                 self.prep.close()
             raise
         #: the network runs on the executor's stream: the pixels need not be waited for before it
-        self.one_stream = getattr(self.runtime, "stream", None) is getattr(self.prep.executor, "stream", False)
+        self.one_stream = shares_stream(self.runtime, self.prep.executor)
         self.requests = RequestIsolation(
             args["model_name"],
             self.read,

@@ -1,0 +1,177 @@
+"""How long a sleeping process takes to answer, with and without the host's CPUs held awake.
+
+A c=1 request wakes several sleeping processes in turn (the server's threads, each Python-backend stub). This probe
+measures that cost on the host alone, without a GPU: a parent process sleeps ``gap`` ms, writes one byte to a child
+blocked on a pipe, the child answers with one byte and the parent times the round trip, then times a small fixed
+piece of Python work in the child's place (a cold core runs slower). Each setting (``--settings``):
+
+* ``as_is``: the host as it is;
+* ``dma_latency_0``: ``/dev/cpu_dma_latency`` held open at 0 us (the kernel's PM QoS request: no CPU enters an
+  idle state deeper than polling while the file is open; root only), what tuned's latency-performance profile
+  holds.
+
+It also prints the host's idle driver, governor and idle states. One JSON row per (setting, gap) on ``--out``.
+
+    python -m scripts.bench.host_wake --out FILE [--gaps-ms 0,1,3,10] [--trials 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import multiprocessing
+import os
+import statistics
+import struct
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("host_wake")
+
+#: the kernel's PM QoS CPU latency file (Documentation/power/pm_qos_interface.rst)
+CPU_DMA_LATENCY = Path("/dev/cpu_dma_latency")
+_CPUIDLE = Path("/sys/devices/system/cpu/cpu0/cpuidle")
+
+SETTINGS = ("as_is", "dma_latency_0")
+
+
+class CpuLatencyHold:
+    """Holds ``/dev/cpu_dma_latency`` open at ``latency_us`` until :meth:`release` (or the process's end)."""
+
+    def __init__(self, latency_us: int, path: Path = CPU_DMA_LATENCY) -> None:
+        self.latency_us = latency_us
+        self.path = path
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        """Whether the request is in force."""
+        return self._fd is not None
+
+    def acquire(self) -> bool:
+        """Open the file and write the value; False where this process may not (no file, not root)."""
+        if self._fd is not None:
+            return True
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            log.debug("cannot open %s: %s", self.path, exc)
+            return False
+        try:
+            os.write(fd, struct.pack("=i", self.latency_us))
+        except OSError as exc:
+            os.close(fd)
+            log.debug("cannot write %s: %s", self.path, exc)
+            return False
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        """Close the file: the request ends."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+
+def idle_states(cpuidle: Path = _CPUIDLE) -> dict[str, Any]:
+    """CPU 0's idle driver, frequency governor and idle states (name, exit latency in us, disabled): what a
+    host's c=1 latency depends on; empty values where sysfs does not say."""
+    root = cpuidle.parent.parent
+
+    def read(path: Path) -> str:
+        try:
+            return path.read_text().strip()
+        except OSError:
+            return ""
+
+    states = []
+    for state in sorted(cpuidle.glob("state*"), key=lambda p: int(p.name[5:] or 0)):
+        states.append(
+            {"name": read(state / "name"), "latency_us": read(state / "latency"), "disabled": read(state / "disable")}
+        )
+    return {
+        "driver": read(root / "cpuidle" / "current_driver"),
+        "governor": read(cpuidle.parent / "cpufreq" / "scaling_governor"),
+        "states": states,
+    }
+
+
+def _echo(reader: int, writer: int) -> None:
+    while os.read(reader, 1):
+        os.write(writer, b"x")
+
+
+def _work() -> float:
+    start = time.perf_counter()
+    total = 0
+    for i in range(20_000):
+        total += i * i
+    return time.perf_counter() - start
+
+
+def _measure(gap_s: float, trials: int) -> dict[str, float]:
+    to_child, child_in = os.pipe()
+    child_out, from_child = os.pipe()
+    child = multiprocessing.get_context("fork").Process(target=_echo, args=(to_child, from_child), daemon=True)
+    child.start()
+    round_trips: list[float] = []
+    work: list[float] = []
+    try:
+        for _ in range(trials + 20):
+            if gap_s:
+                time.sleep(gap_s)
+            start = time.perf_counter()
+            os.write(child_in, b"x")
+            os.read(child_out, 1)
+            round_trips.append(time.perf_counter() - start)
+            if gap_s:
+                time.sleep(gap_s)
+            work.append(_work())
+    finally:
+        os.close(child_in)
+        child.join(5)
+        for fd in (to_child, child_out, from_child):
+            os.close(fd)
+    round_trips, work = round_trips[20:], work[20:]
+    return {
+        "round_trip_p50_us": statistics.median(round_trips) * 1e6,
+        "round_trip_p90_us": statistics.quantiles(round_trips, n=10)[-1] * 1e6,
+        "work_p50_us": statistics.median(work) * 1e6,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--gaps-ms", default="0,1,3,10")
+    parser.add_argument("--trials", type=int, default=300)
+    parser.add_argument("--settings", default=",".join(SETTINGS))
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    log.info("idle states: %s", json.dumps(idle_states()))
+    gaps = [float(g) for g in args.gaps_ms.split(",")]
+    rows: list[dict[str, Any]] = []
+    for setting in args.settings.split(","):
+        if setting not in SETTINGS:
+            parser.error(f"unknown setting {setting!r}; one of {', '.join(SETTINGS)}")
+        hold = CpuLatencyHold(0) if setting == "dma_latency_0" else None
+        if hold is not None and not hold.acquire():
+            log.info("%s: %s is not writable here; skipped", setting, CPU_DMA_LATENCY)
+            continue
+        try:
+            for gap in gaps:
+                row = {"setting": setting, "gap_ms": gap, **_measure(gap / 1000, args.trials)}
+                log.info("%s", json.dumps(row))
+                rows.append(row)
+        finally:
+            if hold is not None:
+                hold.release()
+    args.out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
