@@ -259,6 +259,16 @@ def infer_into(rt: Any, n: int, fill: Any) -> Any:
     return out
 
 
+def copy_dali_into(tensor: Any, buf: Any, stream: Any) -> None:
+    """DALI's GPU ``tensor`` (FP16 HWC: ``build(half_nhwc=True)``) into the CuPy array ``buf``, ordered on
+    ``stream``. Another shape is an error here: DALI copies its own byte count, whatever the buffer holds (its FP32
+    CHW output ran past the runtime's FP16 NHWC buffer: cudaErrorInvalidValue)."""
+    shape = tuple(tensor.shape())
+    if shape != tuple(buf.shape):
+        raise ValueError(f"DALI's output {shape} does not fit the runtime's input buffer {tuple(buf.shape)}")
+    tensor.copy_to_external(buf.data.ptr, cuda_stream=stream.ptr, non_blocking=True)
+
+
 def dali_rows(folder: Path, seconds: float, best: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """DALI decode + resize(shorter 256, antialias) + crop 224 + normalize -> OrtCudaRuntime, one process; in the
     configuration ``best`` (a row of :mod:`scripts.bench.dali_bench`'s sweep) if given."""
@@ -276,7 +286,8 @@ def dali_rows(folder: Path, seconds: float, best: dict[str, Any] | None = None) 
         else DALI_DEFAULTS
     )
     for batch, threads, hw_load, prefetch in configs:
-        p = build(jpegs, batch, threads, hw_load, prefetch)  # the same pipeline as DALI's rows in the harness
+        # the pipeline of DALI's rows in the harness, its output in the runtime's input type (FP16 NHWC)
+        p = build(jpegs, batch, threads, hw_load, prefetch, half_nhwc=True)
         rt = OrtCudaRuntime(model_file(ONNX, "fp16"), DIMS, buckets=(batch,), nhwc=True, cuda_graphs=True)
 
         def step(p: Any = p, rt: Any = rt, batch: int = batch) -> None:
@@ -284,9 +295,7 @@ def dali_rows(folder: Path, seconds: float, best: dict[str, Any] | None = None) 
             infer_into(
                 rt,
                 batch,
-                lambda buf, stream: out.as_tensor().copy_to_external(
-                    buf.data.ptr, cuda_stream=stream.ptr, non_blocking=True
-                ),
+                lambda buf, stream: copy_dali_into(out.as_tensor(), buf, stream),
             )
 
         times = timed(step, seconds, min_reps=10)

@@ -68,14 +68,21 @@ def load_jpegs(folder: Path) -> list[np.ndarray]:
 
 
 def build(
-    jpegs: list[np.ndarray], batch: int, threads: int, hw_load: float, prefetch: int = 1, no_copy: bool = False
+    jpegs: list[np.ndarray],
+    batch: int,
+    threads: int,
+    hw_load: float,
+    prefetch: int = 1,
+    no_copy: bool = False,
+    half_nhwc: bool = False,
 ):  # -> nvidia.dali.Pipeline
     """A built pipeline fed by a callable ``source`` that returns precomputed batches of ``jpegs`` in turn.
 
     The callable (rather than ``feed_input``) is the cheaper way here: DALI calls it once per iteration, including
     the ``prefetch`` iterations it schedules ahead on the first ``run()``, and all it does is ``next()`` on a cycle
     of lists built once. ``no_copy=True`` lets DALI read the arrays in place instead of copying them each batch
-    (they stay alive and unmodified for the pipeline's life).
+    (they stay alive and unmodified for the pipeline's life). The output is FP32 CHW (tritonprep's ``PIXELS`` for
+    the ONNX network), or with ``half_nhwc`` FP16 HWC: what the ONNX Runtime runtime's FP16 NHWC buffers take.
     """
     from nvidia.dali import fn, pipeline_def, types
 
@@ -90,7 +97,12 @@ def build(
         images = fn.decoders.image(data, device="mixed", output_type=types.RGB, hw_decoder_load=hw_load)
         images = fn.resize(images, resize_shorter=256, antialias=True, interp_type=types.INTERP_LINEAR)
         return fn.crop_mirror_normalize(
-            images, crop=(224, 224), mean=[127.0] * 3, std=[128.0] * 3, dtype=types.FLOAT, output_layout="CHW"
+            images,
+            crop=(224, 224),
+            mean=[127.0] * 3,
+            std=[128.0] * 3,
+            dtype=types.FLOAT16 if half_nhwc else types.FLOAT,
+            output_layout="HWC" if half_nhwc else "CHW",
         )
 
     p = pipe()
