@@ -3,7 +3,7 @@
 Issue 37's last goal is "nothing slower on the CPU path". perf_analyzer needs glibc 2.38, so this drives the server
 with :func:`scripts.bench.decode_once.loadgen` (Python gRPC clients) at each point ``BATCHxCONCURRENCY`` of
 ``--points`` (``1x1``: one image at a time; ``8x2``: two clients of 8 images), a warm-up of 3 s first. Each
-point prints one JSON line: images/s, and the mean milliseconds of a request at concurrency 1.
+point prints one JSON line: images/s, and the mean milliseconds of a request (clients x images / images/s).
 
 To weigh two commits, run it from this checkout with the other's packages first on the path, alternating, e.g.
 ``git worktree add /tmp/base BASE`` (with the ONNX files copied into its ``model_repository``), then

@@ -2,8 +2,8 @@
 
 A c=1 request wakes several sleeping processes in turn (the server's threads, each Python-backend stub). This probe
 measures that cost on the host alone, without a GPU: a parent process sleeps ``gap`` ms, writes one byte to a child
-blocked on a pipe, the child answers with one byte and the parent times the round trip, then times a small fixed
-piece of Python work in the child's place (a cold core runs slower). Each setting (``--settings``):
+blocked on a pipe, the child answers with one byte and the parent times the round trip; after another sleep it
+times a small fixed piece of Python work (a cold core runs it slower). Each setting (``--settings``):
 
 * ``as_is``: the host as it is;
 * ``dma_latency_0``: ``/dev/cpu_dma_latency`` held open at 0 us (the kernel's PM QoS request: no CPU enters an
