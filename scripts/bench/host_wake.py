@@ -7,8 +7,8 @@ times a small fixed piece of Python work (a cold core runs it slower). Each sett
 
 * ``as_is``: the host as it is;
 * ``dma_latency_0``: ``/dev/cpu_dma_latency`` held open at 0 us (the kernel's PM QoS request: no CPU enters an
-  idle state deeper than polling while the file is open; root only), what tuned's latency-performance profile
-  holds.
+  idle state deeper than polling while the file is open; root only); tuned's latency-performance profile
+  makes the same request with a small value.
 
 It also prints the host's idle driver, governor and idle states. One JSON row per (setting, gap) on ``--out``.
 
