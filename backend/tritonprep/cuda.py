@@ -1,5 +1,5 @@
 """CUDA in one place: CuPy's import with its install hint, the guard against sticky CUDA errors, and an
-instance's share of the SMs under MPS.
+instance's share of the SMs and scheduling priority under MPS.
 
 Some CUDA errors poison the process's CUDA context for good (an illegal address, a device-side
 assert, a launch failure: :data:`STICKY_CUDA_ERRORS`): every later call on that context fails too,
@@ -25,9 +25,10 @@ Once the guard has raised, :func:`context_poisoned` says so for the rest of the 
 instances' ``close`` then releases nothing on the GPU (a destructor that waits on a poisoned context's
 stream or decoder threads can hang forever; the process is about to end and the driver frees it all).
 
-Under MPS, :func:`limit_sm_share` gives this process's CUDA context a share of the GPU's SMs
-(``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``, which the driver reads when the context is created: call it first), and
-:func:`context_sm_count` reads back how many SMs the context got (CUDA's execution affinity).
+Under MPS, :func:`set_mps_client` gives this process's CUDA context a share of the GPU's SMs
+(``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``) and a scheduling priority (``CUDA_MPS_CLIENT_PRIORITY``: below normal lets
+another client's kernels, the network's, take the SMs first), both read by the driver when the context is created:
+call it first. :func:`context_sm_count` reads back how many SMs the context got (CUDA's execution affinity).
 
 Likewise, once :func:`mark_process_ending` was called (by a Python-backend stub that ends itself right
 after ``finalize``, :func:`tritonprep.triton.stub.finalize_instance`), ``close`` waits for the GPU work
@@ -172,13 +173,19 @@ def cuda_fault_guard(device: int, what: str, probe: Callable[[], object] | None 
 
 #: the MPS client's share of the SMs, in percent, as the CUDA driver reads it when a context is created
 MPS_THREADS_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+#: the MPS client's scheduling priority, as the driver reads it when a context is created: 0 normal, 1 below normal
+MPS_PRIORITY_ENV = "CUDA_MPS_CLIENT_PRIORITY"
 
 
-def limit_sm_share(percentage: int) -> None:
-    """Give the CUDA context this process creates next ``percentage`` % of the GPU's SMs (an MPS client only;
-    without MPS the driver ignores it). 0 leaves the environment as it is (the server's, or no limit)."""
-    if percentage:
-        os.environ[MPS_THREADS_ENV] = str(percentage)
+def set_mps_client(sm_share: int = 0, priority: int = 0) -> None:
+    """Set what the CUDA context this process creates next reads as an MPS client (without MPS the driver ignores
+    both): ``sm_share`` % of the GPU's SMs, and ``priority`` (1: below normal, so that the kernels of normal clients
+    are scheduled first). 0 leaves that variable of the environment as it is (the server's, or the driver's default).
+    """
+    if sm_share:
+        os.environ[MPS_THREADS_ENV] = str(sm_share)
+    if priority:
+        os.environ[MPS_PRIORITY_ENV] = str(priority)
 
 
 def context_sm_count() -> int | None:

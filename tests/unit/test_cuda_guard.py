@@ -152,19 +152,26 @@ def test_cupy_missing_says_what_to_install(monkeypatch):
         import_cupy()
 
 
-def test_an_mps_share_is_set_for_the_next_context_and_none_leaves_the_environment(monkeypatch):
-    from tritonprep.cuda import MPS_THREADS_ENV, context_sm_count, limit_sm_share
+def test_an_mps_share_and_priority_are_set_for_the_next_context_and_zero_leaves_the_environment(monkeypatch):
+    from tritonprep.cuda import MPS_PRIORITY_ENV, MPS_THREADS_ENV, context_sm_count, set_mps_client
     from tritonprep.spec import PreprocessConfig
 
     monkeypatch.setenv(MPS_THREADS_ENV, "75")  # the server's own
-    limit_sm_share(0)
+    monkeypatch.delenv(MPS_PRIORITY_ENV, raising=False)
+    set_mps_client(0, 0)
     assert os.environ[MPS_THREADS_ENV] == "75"
-    limit_sm_share(40)
+    assert MPS_PRIORITY_ENV not in os.environ  # the driver's default (normal)
+    set_mps_client(40, 1)
     assert os.environ[MPS_THREADS_ENV] == "40"
+    assert os.environ[MPS_PRIORITY_ENV] == "1"
     assert context_sm_count() is None  # no current CUDA context here: the driver does not say
     assert PreprocessConfig.from_parameters({"mps_active_thread_percentage": "40"}).mps_active_thread_percentage == 40
     with pytest.raises(ConfigError, match="mps_active_thread_percentage must be 1..100"):
         PreprocessConfig.from_parameters({"mps_active_thread_percentage": "101"})
+    assert PreprocessConfig.from_parameters({"mps_client_priority": "1"}).mps_client_priority == 1
+    assert PreprocessConfig.from_parameters({}).mps_client_priority == 0
+    with pytest.raises(ConfigError, match=r"mps_client_priority must be 0 \(normal\) or 1 \(below normal\), got 2"):
+        PreprocessConfig.from_parameters({"mps_client_priority": "2"})
 
 
 def test_a_sticky_error_at_teardown_marks_its_gpu_poisoned_and_another_does_not(monkeypatch):

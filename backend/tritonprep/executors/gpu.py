@@ -21,10 +21,9 @@ With a ``gpu_memory_mb`` budget (:mod:`tritonprep.memory`) the executor caps CuP
 it, less the CUDA context and the hardware decoders' preallocated buffers, and the decoded images
 its decoders keep for reuse to a quarter of that; a batch that does not fit is tried once more with
 the pool's cached blocks freed, then again each time the pool shrinks within ``OUTPUT_WAIT_S``, then
-raises :class:`~tritonprep.errors.ResourceExhausted` (the model retries it request by request)
-instead of the process running out of memory. Before each retry the
-failed attempt's arrays are collected (its exception's traceback, held inside an ``except`` block or
-in a reference cycle, would keep them, and every retry would then fail too).
+raises :class:`~tritonprep.errors.ResourceExhausted` (the model retries it request by request) instead of
+the process running out of memory. Before each retry the failed attempt's arrays are collected (its
+exception's traceback, held inside an ``except`` block or in a reference cycle, would keep them).
 :attr:`GpuExecutor.timings` holds the start-up phases' seconds and :meth:`GpuExecutor.close` releases
 the GPU in order (decoders, then pools, then the stream).
 """
@@ -47,9 +46,9 @@ from ..cuda import (
     context_sm_count,
     cuda_fault_guard,
     import_cupy,
-    limit_sm_share,
     note_if_sticky,
     process_ending,
+    set_mps_client,
 )
 from ..decode import ImageHeader, validate
 from ..decode.failures import FailureLog
@@ -142,7 +141,7 @@ class GpuExecutor:
         self.failures = FailureLog(log, f"GPU executor on device {device_id}")
         self.timings["imports"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        limit_sm_share(config.mps_active_thread_percentage)  # before this process's CUDA context exists
+        set_mps_client(config.mps_active_thread_percentage, config.mps_client_priority)  # before the CUDA context
         try:
             self.device = cp.cuda.Device(device_id)
             self.device.use()
@@ -192,6 +191,7 @@ class GpuExecutor:
         share = self.config.mps_active_thread_percentage
         if share:
             pool += f"; MPS share {share} %: {self.sm_count if self.sm_count is not None else 'unknown'} SMs"
+        pool += "; MPS priority below normal" if self.config.mps_client_priority else ""
         phases = ", ".join(f"{k} {v:.2f} s" for k, v in self.timings.items())
         return (
             f"GPU executor on device {self.device.id}: decoder {decoder}; kernel {kernels}{pool}; started in {phases}"

@@ -36,6 +36,8 @@ class PreprocessConfig:
     gpu_memory_mb: str = ""
     #: under MPS, the share of the GPU's SMs a GPU instance's process may use, percent (0: no limit of its own)
     mps_active_thread_percentage: int = 0
+    #: under MPS, the scheduling priority of a GPU instance's process: 0 normal, 1 below normal
+    mps_client_priority: int = 0
 
     def __post_init__(self) -> None:
         check_choice("executor", self.executor, EXECUTORS)
@@ -46,6 +48,10 @@ class PreprocessConfig:
         if not 0 <= self.mps_active_thread_percentage <= 100:
             raise ConfigError(
                 f"mps_active_thread_percentage must be 1..100 (or 0: no limit), got {self.mps_active_thread_percentage}"
+            )
+        if self.mps_client_priority not in (0, 1):
+            raise ConfigError(
+                f"mps_client_priority must be 0 (normal) or 1 (below normal), got {self.mps_client_priority}"
             )
         if not self.outputs:
             raise ConfigError("the preprocess model declares no image output; add one (e.g. PIXELS) to config.pbtxt")

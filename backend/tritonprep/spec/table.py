@@ -167,6 +167,15 @@ PARAMETERS: tuple[Parameter, ...] = (
         "(CUDA_MPS_ACTIVE_THREAD_PERCENTAGE for its CUDA context and the processes it starts; 0: none of its own, the "
         "server's environment decides); in classify_fused it limits the network too (one process)",
     ),
+    Parameter(
+        "mps_client_priority",
+        "model.mps_client_priority",
+        read_int,
+        "0",
+        "GPU instances under MPS: the scheduling priority of the instance's process, 0 normal or 1 below normal "
+        "(CUDA_MPS_CLIENT_PRIORITY for its CUDA context; below normal lets normal clients' kernels, the network's, "
+        "take the SMs first); in classify_fused it lowers the network too (one process)",
+    ),
     Parameter("max_encoded_bytes", "limits.max_encoded_bytes", read_int, "20000000", "largest accepted encoded image"),
     Parameter("max_pixels", "limits.max_pixels", read_int, "16800000", "largest accepted decoded image (width*height)"),
     Parameter("max_images_per_request", "limits.max_images_per_request", read_int, "64", "most images in one request"),
