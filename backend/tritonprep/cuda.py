@@ -1,5 +1,5 @@
 """CUDA in one place: CuPy's import with its install hint, the guard against sticky CUDA errors, and an
-instance's share of the SMs and scheduling priority under MPS.
+instance's share of the SMs and scheduling priority under MPS, and events other processes wait for.
 
 Some CUDA errors poison the process's CUDA context for good (an illegal address, a device-side
 assert, a launch failure: :data:`STICKY_CUDA_ERRORS`): every later call on that context fails too,
@@ -29,6 +29,10 @@ Under MPS, :func:`set_mps_client` gives this process's CUDA context a share of t
 (``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``) and a scheduling priority (``CUDA_MPS_CLIENT_PRIORITY``: below normal lets
 another client's kernels, the network's, take the SMs first), both read by the driver when the context is created:
 call it first. :func:`context_sm_count` reads back how many SMs the context got (CUDA's execution affinity).
+
+:class:`IpcEvent` is a CUDA event another process can open from its handle (``cudaIpcGetEventHandle``) and make
+its own stream wait for: the network's turns (:mod:`tritonprep.triton.turns`) order two processes' GPU work on
+the GPU itself, without either host waiting.
 
 Likewise, once :func:`mark_process_ending` was called (by a Python-backend stub that ends itself right
 after ``finalize``, :func:`tritonprep.triton.stub.finalize_instance`), ``close`` waits for the GPU work
@@ -204,3 +208,38 @@ def context_sm_count() -> int | None:
     if query(ctypes.byref(param), 0) != 0:  # CU_EXEC_AFFINITY_TYPE_SM_COUNT
         return None
     return int(param.val)
+
+
+#: cudaEventDisableTiming | cudaEventInterprocess: what an event shared between processes must be created with
+IPC_EVENT_FLAGS = 0x2 | 0x4
+
+
+class IpcEvent:
+    """A CUDA event of this process's current device that other processes can wait for: :meth:`record` it on a
+    stream, hand :attr:`handle` (64 bytes) to them; they :meth:`wait` for it on a stream of theirs. CUDA errors
+    raise CuPy's ``CUDARuntimeError``."""
+
+    def __init__(self) -> None:
+        self._rt = import_cupy().cuda.runtime
+        #: this process's own event
+        self.ptr: int = self._rt.eventCreateWithFlags(IPC_EVENT_FLAGS)
+        self.handle: bytes = bytes(self._rt.ipcGetEventHandle(self.ptr))
+        self._opened: dict[bytes, int] = {}  # other processes' events, by handle
+
+    def record(self, stream_ptr: int) -> None:
+        """Mark the end of what ``stream_ptr`` holds so far."""
+        self._rt.eventRecord(self.ptr, stream_ptr)
+
+    def wait(self, handle: bytes, stream_ptr: int) -> None:
+        """Make ``stream_ptr`` wait, on the GPU, for the last record of another process's event ``handle``."""
+        event = self._opened.get(handle)
+        if event is None:
+            event = self._opened[handle] = self._rt.ipcOpenEventHandle(handle)
+        self._rt.streamWaitEvent(stream_ptr, event, 0)
+
+    def close(self) -> None:
+        """Destroy the events (not on a poisoned context, nor in a process about to end: the driver frees them)."""
+        if not (context_poisoned() or process_ending()):
+            for event in (*self._opened.values(), self.ptr):
+                self._rt.eventDestroy(event)
+        self._opened.clear()

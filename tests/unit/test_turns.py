@@ -37,7 +37,11 @@ def test_who_takes_turns(tmp_path):
     assert not turns_for(GPU, {"network_turns": "off"}, env).enabled
     assert not turns_for({**GPU, "model_instance_kind": "CPU"}, {"network_turns": "gpu"}, env).enabled
     assert not turns_for(GPU, {"network_turns": "gpu"}, {}).enabled  # no launcher, no report folder
-    with pytest.raises(ConfigError, match="network_turns: 'always' is not one of gpu, off"):
+    ordered = turns_for(GPU, {"network_turns": "ordered"}, env)
+    assert ordered.enabled and ordered.ordered and not on.ordered
+    ordered.close()
+    assert not turns_for(GPU, {"network_turns": "ordered"}, {}).enabled
+    with pytest.raises(ConfigError, match="network_turns: 'always' is not one of gpu, ordered, off"):
         turns_for(GPU, {"network_turns": "always"}, env)
 
 
@@ -79,3 +83,49 @@ def test_a_lock_file_that_cannot_be_opened_means_no_turns(tmp_path, caplog):
     assert not turns.enabled and "no turns at the GPU" in caplog.text
     with turns:  # a no-op
         pass
+
+
+class FakeStream:
+    ptr = 1234
+
+
+def test_ordered_turns_without_cuda_events_last_the_whole_block(tmp_path, monkeypatch, caplog):
+    """Where an event cannot be made (here: no CuPy), the instance logs it and takes whole turns from then on:
+    ``hand_over`` does nothing and the other processes wait until the block ends."""
+    import tritonprep.cuda as cuda
+    from tritonprep.errors import RuntimeUnavailable
+
+    def no_cupy():
+        raise RuntimeUnavailable("CuPy is not installed")
+
+    monkeypatch.setattr(cuda, "import_cupy", no_cupy)
+    turns = turns_for(GPU, {"network_turns": "ordered"}, {reports.ENV: str(tmp_path)})
+    with turns.take(FakeStream()) as hand_over:
+        hand_over()  # a no-op: still held
+        assert wait_in_another_process(tmp_path) is None
+    assert "ordered turns failed (CuPy is not installed)" in caplog.text and not turns.ordered
+    assert turns.path is not None and turns.path.read_text() == ""  # nobody waits for a stale event of this one
+    with turns.take(None) as hand_over:  # no stream: a whole turn
+        hand_over()
+        assert wait_in_another_process(tmp_path) is None
+    turns.close()
+    assert wait_in_another_process(tmp_path) is not None
+
+
+TRY = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    print("free")
+except BlockingIOError:
+    print("held")
+"""
+
+
+def wait_in_another_process(folder: Path) -> str | None:
+    """ "free" if another process gets the turn at once now, None while it is held."""
+    out = subprocess.run(
+        [sys.executable, "-c", TRY, str(folder / LOCKS / "classifier-gpu1.lock")], capture_output=True, text=True
+    )
+    return "free" if out.stdout.strip() == "free" else None

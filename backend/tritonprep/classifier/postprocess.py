@@ -53,10 +53,11 @@ def top_k(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return np.take_along_axis(-rows, idx, -1).reshape(shape), idx.reshape(shape)
 
 
-def top_k_on_device(logits: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
+def top_k_on_device(logits: Any, k: int, wait: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """:func:`top_k` of CuPy ``logits`` on their GPU: host arrays of the ``k`` probabilities (float32) and class ids
     (int32) per row, best first. One kernel (:func:`tritonprep.kernels.launch.softmax_top_k`: float32 softmax, ties
-    to the lower id, as the host's stable sort) and one copy to the host, on the current stream."""
+    to the lower id, as the host's stable sort) and one copy to the host, on the current stream; ``wait=False``
+    only enqueues the copy (into pinned memory): the arrays hold the result once the caller synchronized it."""
     from ..kernels.launch import TOP_K_MAX, softmax_top_k
 
     k = min(k, logits.shape[-1])
@@ -64,7 +65,7 @@ def top_k_on_device(logits: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
         scores, ids = top_k(logits.get(), k)
         return scores, ids.astype(np.int32)
     with logits.device:
-        return softmax_top_k(logits, k)
+        return softmax_top_k(logits, k, wait=wait)
 
 
 class TopK:
@@ -132,17 +133,19 @@ class TopK:
             )
         self.labels.check(classes)
 
-    def __call__(self, logits: Any) -> tuple[np.ndarray, np.ndarray]:
+    def __call__(self, logits: Any, wait: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Probabilities (float32) and class ids (int32) of the ``k`` best classes per row, best first, as host
-        arrays; ``logits`` is a numpy array or a CuPy array (computed on its GPU)."""
+        arrays; ``logits`` is a numpy array or a CuPy array (computed on its GPU; ``wait=False``: the arrays are
+        filled once the caller synchronized the current stream, :func:`top_k_on_device`)."""
         if not isinstance(logits, np.ndarray) and type(logits).__module__.startswith("cupy"):
-            return top_k_on_device(logits, self.k)
+            return top_k_on_device(logits, self.k, wait)
         scores, ids = top_k(np.asarray(logits), self.k)
         return scores, ids.astype(np.int32)
 
     def outputs(self, scores: np.ndarray, ids: np.ndarray) -> dict[str, np.ndarray]:
         """``{output name: rows}`` of some rows of :meth:`__call__`'s result; ``LABELS`` as an object array of the
         names' UTF-8 bytes (what a BYTES tensor holds)."""
+        scores, ids = np.ascontiguousarray(scores), np.ascontiguousarray(ids)  # rows of a wider pinned copy
         if self.label_bytes is None:
             names = np.array(self.labels.encoded(ids.ravel()), object).reshape(ids.shape)
         else:

@@ -110,9 +110,11 @@ def _softmax_top_k_kernel() -> cupy.RawKernel:
     return module.get_function("tritonprep_softmax_top_k")
 
 
-def softmax_top_k(logits: cupy.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def softmax_top_k(logits: cupy.ndarray, k: int, wait: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` best probabilities (float32) and class ids (int32) of each row of ``logits``, best first, ties to
-    the lower id, as host arrays: one launch and one copy to the host, on the current stream (synchronized)."""
+    the lower id, as host arrays: one launch and one copy to the host, on the current stream (synchronized; with
+    ``wait=False`` the copy into pinned memory is only enqueued: the arrays hold the result once the caller has
+    synchronized that stream)."""
     if logits.ndim != 2 or logits.shape[1] < 1:
         raise ValueError(f"logits must be a 2-D batch of rows, got shape {logits.shape}")
     rows, classes = logits.shape
@@ -122,6 +124,12 @@ def softmax_top_k(logits: cupy.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]
     out = cupy.empty((rows, 2, k), dtype=cupy.float32)
     if rows:
         _softmax_top_k_kernel()((rows,), (TOP_K_THREADS,), (x, out, np.int32(classes), np.int32(k)))
+    if not wait:
+        import cupyx
+
+        host = cupyx.empty_pinned(out.shape, out.dtype)
+        out.get(out=host, blocking=False)
+        return host[:, 0], host[:, 1].view(np.int32)
     host = out.get()
     return np.ascontiguousarray(host[:, 0]), np.ascontiguousarray(host[:, 1]).view(np.int32)
 

@@ -163,11 +163,14 @@ class ClassifierModel:
 
         def finish(logits: Any) -> tuple[tuple[np.ndarray, np.ndarray] | None, np.ndarray | None]:
             marks["launched"] = time.perf_counter()
-            top = self.top_k(logits) if self.top_k is not None and wanted & set(TOP_K_OUTPUTS) else None
-            return top, to_numpy(logits) if LOGITS in wanted else None
+            # the top-k's copy is only enqueued (its arrays are read after the runtime's wait); logits are copied now
+            top = self.top_k(logits, wait=False) if self.top_k is not None and wanted & set(TOP_K_OUTPUTS) else None
+            host = to_numpy(logits) if LOGITS in wanted else None
+            hand_over()  # ordered turns end here: the next instance's network waits for this one on the GPU
+            return top, host
 
         t0 = time.perf_counter()
-        with self.turns:
+        with self.turns.take(getattr(self.runtime, "stream", None)) as hand_over:
             t_turn = time.perf_counter()
             top, host = self.runtime.infer_many([i.x for i in inputs], then=finish)
         t1 = time.perf_counter()

@@ -4,8 +4,7 @@ Every Python-backend instance is a process. Under CUDA MPS the two ``classifier`
 side by side, each at about half speed, so both finish at about the same time and then do their CPU work
 (reading and answering requests, Triton's input and output) at the same time too, while the GPU has no
 network to run. With turns, one instance holds the GPU for its network while the other does its CPU work,
-as the stages of a pipeline do. A turn lasts until the network's results are on the host (its top-k, or its
-logits where asked for: they are waited for with the network, in one wait).
+as the stages of a pipeline do.
 
 A turn is an exclusive ``flock`` on a file in the server's work folder: the ``locks`` folder of the
 instances' reports (:data:`tritonprep.reports.ENV`), one file per model and GPU. The kernel releases a
@@ -14,35 +13,47 @@ inside the GPU while it holds its turn stalls the model's other instances on tha
 anyway). A server not started by the launcher has no such folder, and its instances take no turns; neither
 do they where the lock file cannot be opened (logged).
 
-The config parameter ``network_turns`` turns it on (``gpu``) or off (``off``); CPU instances never take turns.
+The config parameter ``network_turns`` says how long a turn lasts:
+
+* ``gpu``: until the network's results are on the host (its top-k, or its logits where asked for: they are
+  waited for with the network, in one wait). Between two turns the GPU waits for the next holder's host to
+  copy its inputs and launch its network.
+* ``ordered``: only while the holder enqueues its work. It makes its stream wait, on the GPU, for the last
+  holder's work (an :class:`~tritonprep.cuda.IpcEvent` whose handle the lock file holds), enqueues its
+  network and top-k, records its own event, writes its handle and hands the turn over; its host then waits
+  for its own work alone. The networks still run one at a time, back to back. An instance whose events
+  fail (logged) takes ``gpu`` turns instead.
+* ``off``: no turns. CPU instances never take turns.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from .. import reports
+from ..cuda import IpcEvent
 from ..errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 PARAMETER = "network_turns"
-MODES = ("gpu", "off")
+MODES = ("gpu", "ordered", "off")
 DEFAULT = "off"
 #: the folder of the lock files, inside the instances' report folder
 LOCKS = "locks"
 
 
 class GpuTurns:
-    """A context manager that holds the turn of model ``name`` on GPU ``device`` (no-op when disabled)."""
+    """The turns of model ``name`` on GPU ``device``: :meth:`take` (or ``with``) holds one (no-op when disabled)."""
 
-    def __init__(self, name: str, device: int, folder: Path | None) -> None:
+    def __init__(self, name: str, device: int, folder: Path | None, ordered: bool = False) -> None:
         self.path = None if folder is None else folder / LOCKS / f"{name}-gpu{device}.lock"
         self._fd: int | None = None
         if self.path is not None:
@@ -52,6 +63,11 @@ class GpuTurns:
             except OSError as e:  # serving matters more than the turns
                 log.warning("%s: no turns at the GPU (cannot open %s: %s)", name, self.path, e)
                 self.path = None
+        self.name = name
+        #: whether turns end once the work is enqueued (the GPU keeps the order); False after an event failed
+        self.ordered = ordered and self._fd is not None
+        self._event: IpcEvent | None = None
+        self._held = False
 
     @property
     def enabled(self) -> bool:
@@ -59,16 +75,65 @@ class GpuTurns:
         return self._fd is not None
 
     def __enter__(self) -> GpuTurns:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
+        self._lock()
         return self
 
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
+        self._unlock()
+
+    @contextlib.contextmanager
+    def take(self, stream: Any = None) -> Iterator[Callable[[], None]]:
+        """Hold a turn for work enqueued on CuPy ``stream``; yields ``hand_over``, to call once the work is
+        enqueued: with ordered turns (and a stream) it ends the turn there, otherwise it does nothing and the
+        turn ends with the block."""
+        self._lock()
+        ordered = self.ordered and stream is not None
+        try:
+            if ordered:
+                ordered = self._wait_for_last(stream.ptr)
+            yield (lambda: self._hand_over(stream.ptr)) if ordered else (lambda: None)
+        finally:
+            self._unlock()
+
+    def _lock(self) -> None:
         if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            self._held = True
+
+    def _unlock(self) -> None:
+        if self._fd is not None and self._held:
+            self._held = False
             fcntl.flock(self._fd, fcntl.LOCK_UN)
 
+    def _wait_for_last(self, stream_ptr: int) -> bool:
+        """Make the stream wait for the last holder's work (named in the lock file); False where events fail."""
+        try:
+            if self._event is None:
+                self._event = IpcEvent()
+            pid, _, handle = os.pread(self._fd, 256, 0).decode("ascii").partition(" ")  # type: ignore[arg-type]
+            if pid and int(pid) != os.getpid():
+                self._event.wait(bytes.fromhex(handle.strip()), stream_ptr)
+            return True
+        except Exception as e:  # noqa: BLE001 - CuPy's CUDA errors, a torn file: turns as long as the work instead
+            log.warning("%s: ordered turns failed (%s); turns last until the results are on the host", self.name, e)
+            self.ordered = False
+            os.ftruncate(self._fd, 0)  # type: ignore[arg-type]  # nobody waits for a stale event of this one
+            return False
+
+    def _hand_over(self, stream_ptr: int) -> None:
+        """End the turn once this instance's work is enqueued: the next holder's stream waits for it on the GPU."""
+        if not self._held:
+            return
+        self._event.record(stream_ptr)  # type: ignore[union-attr]
+        os.ftruncate(self._fd, 0)  # type: ignore[arg-type]
+        os.pwrite(self._fd, f"{os.getpid()} {self._event.handle.hex()}".encode("ascii"), 0)  # type: ignore[union-attr,arg-type]
+        self._unlock()
+
     def close(self) -> None:
-        """Close the lock file (releasing a turn still held)."""
+        """Close the lock file (releasing a turn still held) and the event."""
+        if self._event is not None:
+            self._event.close()
+            self._event = None
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -83,10 +148,10 @@ def turns_for(args: Mapping[str, str], params: Mapping[str, Any], env: Mapping[s
     folder = reports.report_dir(env)
     on_gpu = args.get("model_instance_kind") == "GPU"
     if mode == "off" or not on_gpu or folder is None:
-        if mode == "gpu" and on_gpu:
+        if mode != "off" and on_gpu:
             log.info(
                 "%s: no turns at the GPU (the server has no report folder: not started by the launcher)",
                 args["model_name"],
             )
         return GpuTurns(args["model_name"], 0, None)
-    return GpuTurns(args["model_name"], int(args["model_instance_device_id"]), folder)
+    return GpuTurns(args["model_name"], int(args["model_instance_device_id"]), folder, ordered=mode == "ordered")
