@@ -40,7 +40,7 @@ RUNTIME_OPTIONS = {
     "fuse_conv_bias": "false",
 }
 #: the classifier's instances on one GPU take turns at the network (tritonprep.triton.turns)
-TURNS = ("network_turns", "gpu")
+TURNS = ("network_turns", "ordered")
 #: the ONNX Runtime backend's TensorRT provider in the container (model_repository/classifier/configs/onnxruntime.pbtxt)
 ORT_TENSORRT = {
     "precision_mode": "FP16",
