@@ -260,9 +260,9 @@ def infer_into(rt: Any, n: int, fill: Any) -> Any:
 
 
 def copy_dali_into(tensor: Any, buf: Any, stream: Any) -> None:
-    """DALI's GPU ``tensor`` (FP16 HWC: ``build(half_nhwc=True)``) into the CuPy array ``buf``, ordered on
-    ``stream``. Another shape is an error here: DALI copies its own byte count, whatever the buffer holds (its FP32
-    CHW output ran past the runtime's FP16 NHWC buffer: cudaErrorInvalidValue)."""
+    """DALI's GPU ``tensor`` (FP16 CHW: ``build(fp16=True)``) into the CuPy array ``buf`` (the runtime's FP16
+    NCHW input), ordered on ``stream``. Another shape is an error here: DALI copies its own byte count, whatever the
+    buffer holds (its FP32 output ran past the runtime's FP16 buffer: cudaErrorInvalidValue)."""
     shape = tuple(tensor.shape())
     if shape != tuple(buf.shape):
         raise ValueError(f"DALI's output {shape} does not fit the runtime's input buffer {tuple(buf.shape)}")
@@ -286,8 +286,8 @@ def dali_rows(folder: Path, seconds: float, best: dict[str, Any] | None = None) 
         else DALI_DEFAULTS
     )
     for batch, threads, hw_load, prefetch in configs:
-        # the pipeline of DALI's rows in the harness, its output in the runtime's input type (FP16 NHWC)
-        p = build(jpegs, batch, threads, hw_load, prefetch, half_nhwc=True)
+        # the pipeline of DALI's rows in the harness, its output in the runtime's input type (FP16 NCHW)
+        p = build(jpegs, batch, threads, hw_load, prefetch, fp16=True)
         rt = OrtCudaRuntime(model_file(ONNX, "fp16"), DIMS, buckets=(batch,), nhwc=True, cuda_graphs=True)
 
         def step(p: Any = p, rt: Any = rt, batch: int = batch) -> None:
