@@ -260,13 +260,23 @@ def infer_into(rt: Any, n: int, fill: Any) -> Any:
 
 
 def copy_dali_into(tensor: Any, buf: Any, stream: Any) -> None:
-    """DALI's GPU ``tensor`` (FP16 CHW: ``build(fp16=True)``) into the CuPy array ``buf`` (the runtime's FP16
-    NCHW input), ordered on ``stream``. Another shape is an error here: DALI copies its own byte count, whatever the
-    buffer holds (its FP32 output ran past the runtime's FP16 buffer: cudaErrorInvalidValue)."""
-    shape = tuple(tensor.shape())
-    if shape != tuple(buf.shape):
-        raise ValueError(f"DALI's output {shape} does not fit the runtime's input buffer {tuple(buf.shape)}")
-    tensor.copy_to_external(buf.data.ptr, cuda_stream=stream.ptr, non_blocking=True)
+    """DALI's GPU ``tensor`` (FP32 CHW, complete: DALI's ``run()`` returns finished outputs) into the CuPy array
+    ``buf`` (the runtime's FP32 NCHW input rows), ordered on ``stream``: read in place through DALI's CUDA array
+    interface and copied by CuPy (DALI's own ``copy_to_external`` onto the runtime's stream failed on the H100 with
+    cudaErrorInvalidValue at stages 15 and 16, with FP32 and with FP16 output). A shape that does not fit is an
+    error here, before anything is copied."""
+    check_fits(tuple(tensor.shape()), tuple(buf.shape))
+    import cupy
+
+    src = cupy.asarray(tensor)
+    with stream:
+        buf[...] = src
+
+
+def check_fits(shape: tuple[int, ...], into: tuple[int, ...]) -> None:
+    """ValueError unless DALI's output ``shape`` is the runtime's input buffer's, ``into``."""
+    if shape != into:
+        raise ValueError(f"DALI's output {shape} does not fit the runtime's input buffer {into}")
 
 
 def dali_rows(folder: Path, seconds: float, best: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -286,8 +296,8 @@ def dali_rows(folder: Path, seconds: float, best: dict[str, Any] | None = None) 
         else DALI_DEFAULTS
     )
     for batch, threads, hw_load, prefetch in configs:
-        # the pipeline of DALI's rows in the harness, its output in the runtime's input type (FP16 NCHW)
-        p = build(jpegs, batch, threads, hw_load, prefetch, fp16=True)
+        # the pipeline of DALI's rows in the harness: FP32 CHW, the runtime's input
+        p = build(jpegs, batch, threads, hw_load, prefetch)
         rt = OrtCudaRuntime(model_file(ONNX, "fp16"), DIMS, buckets=(batch,), nhwc=True, cuda_graphs=True)
 
         def step(p: Any = p, rt: Any = rt, batch: int = batch) -> None:

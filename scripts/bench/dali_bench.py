@@ -74,16 +74,15 @@ def build(
     hw_load: float,
     prefetch: int = 1,
     no_copy: bool = False,
-    fp16: bool = False,
 ):  # -> nvidia.dali.Pipeline
     """A built pipeline fed by a callable ``source`` that returns precomputed batches of ``jpegs`` in turn.
 
     The callable (rather than ``feed_input``) is the cheaper way here: DALI calls it once per iteration, including
     the ``prefetch`` iterations it schedules ahead on the first ``run()``, and all it does is ``next()`` on a cycle
     of lists built once. ``no_copy=True`` lets DALI read the arrays in place instead of copying them each batch
-    (they stay alive and unmodified for the pipeline's life). The output is FP32 CHW (tritonprep's ``PIXELS`` for
-    the ONNX network), or with ``fp16`` FP16 CHW: what the ONNX Runtime runtime's FP16 input buffers take (its NHWC
-    is the layout ONNX Runtime runs the convolutions in; the network's input stays NCHW).
+    (they stay alive and unmodified for the pipeline's life). The output is FP32 CHW: tritonprep's ``PIXELS`` for
+    the ONNX network, and what the ONNX Runtime runtime's input buffers hold (FP32 NCHW, whatever precision and
+    layout the network runs in).
     """
     from nvidia.dali import fn, pipeline_def, types
 
@@ -102,7 +101,7 @@ def build(
             crop=(224, 224),
             mean=[127.0] * 3,
             std=[128.0] * 3,
-            dtype=types.FLOAT16 if fp16 else types.FLOAT,
+            dtype=types.FLOAT,
             output_layout="CHW",
         )
 

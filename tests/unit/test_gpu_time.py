@@ -101,11 +101,11 @@ def test_classifier_turns_axis_sets_network_turns_off_in_a_copy(tmp_path) -> Non
     assert [c[3] for c in combos] == ["shipped", "off"]
     model = tmp_path / "classifier"
     shutil.copytree(REPO / "model_repository" / "classifier", model, ignore=shutil.ignore_patterns("*.onnx*", "1"))
-    line = 'parameters { key: "network_turns" value: { string_value: "gpu" } }'
+    line = 'parameters { key: "network_turns" value: { string_value: "ordered" } }'
     assert line in (model / "configs" / "gpu.pbtxt").read_text() and line in (model / "config.pbtxt").read_text()
     with_parameter(model, "network_turns", "off")
     for cfg in (model / "configs" / "gpu.pbtxt", model / "config.pbtxt"):
-        assert line.replace('"gpu"', '"off"') in cfg.read_text() and line not in cfg.read_text()
+        assert line.replace('"ordered"', '"off"') in cfg.read_text() and line not in cfg.read_text()
     assert line in (REPO / "model_repository" / "classifier" / "configs" / "gpu.pbtxt").read_text()  # the source stays
     with pytest.raises(ValueError, match="no config declares"):
         with_parameter(model, "no_such_parameter", "x")
