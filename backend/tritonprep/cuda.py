@@ -215,31 +215,47 @@ IPC_EVENT_FLAGS = 0x2 | 0x4
 
 
 class IpcEvent:
-    """A CUDA event of this process's current device that other processes can wait for: :meth:`record` it on a
-    stream, hand :attr:`handle` (64 bytes) to them; they :meth:`wait` for it on a stream of theirs. CUDA errors
-    raise CuPy's ``CUDARuntimeError``."""
+    """A CUDA event of GPU ``device`` that other processes can wait for: :meth:`record` it on a stream of that GPU,
+    hand :attr:`handle` (64 bytes) to them; they :meth:`wait` for it on a stream of theirs. CUDA errors raise
+    CuPy's ``CUDARuntimeError``."""
 
-    def __init__(self) -> None:
-        self._rt = import_cupy().cuda.runtime
-        #: this process's own event
-        self.ptr: int = self._rt.eventCreateWithFlags(IPC_EVENT_FLAGS)
-        self.handle: bytes = bytes(self._rt.ipcGetEventHandle(self.ptr))
+    def __init__(self, device: int) -> None:
+        cp = import_cupy()
+        self._rt = cp.cuda.runtime
+        self._device = cp.cuda.Device(device)
+        with self._device:
+            #: this process's own event
+            self.ptr: int = self._rt.eventCreateWithFlags(IPC_EVENT_FLAGS)
+            try:
+                self.handle: bytes = bytes(self._rt.ipcGetEventHandle(self.ptr))
+            except Exception:
+                self._rt.eventDestroy(self.ptr)
+                raise
         self._opened: dict[bytes, int] = {}  # other processes' events, by handle
 
     def record(self, stream_ptr: int) -> None:
-        """Mark the end of what ``stream_ptr`` holds so far."""
-        self._rt.eventRecord(self.ptr, stream_ptr)
+        """Mark the end of what ``stream_ptr`` (a stream of this event's GPU) holds so far."""
+        with self._device:
+            self._rt.eventRecord(self.ptr, stream_ptr)
 
     def wait(self, handle: bytes, stream_ptr: int) -> None:
         """Make ``stream_ptr`` wait, on the GPU, for the last record of another process's event ``handle``."""
-        event = self._opened.get(handle)
-        if event is None:
-            event = self._opened[handle] = self._rt.ipcOpenEventHandle(handle)
-        self._rt.streamWaitEvent(stream_ptr, event, 0)
+        with self._device:
+            event = self._opened.get(handle)
+            if event is None:
+                event = self._opened[handle] = self._rt.ipcOpenEventHandle(handle)
+            self._rt.streamWaitEvent(stream_ptr, event, 0)
+
+    def forget(self, handle: bytes) -> None:
+        """Drop an opened event whose process has ended (its handle means nothing any more)."""
+        self._opened.pop(handle, None)
 
     def close(self) -> None:
         """Destroy the events (not on a poisoned context, nor in a process about to end: the driver frees them)."""
-        if not (context_poisoned() or process_ending()):
-            for event in (*self._opened.values(), self.ptr):
-                self._rt.eventDestroy(event)
-        self._opened.clear()
+        events, self._opened = [*self._opened.values(), self.ptr], {}
+        if context_poisoned() or process_ending():
+            return
+        with self._device:
+            for event in events:
+                with contextlib.suppress(Exception):  # one that will not go must not keep the others
+                    self._rt.eventDestroy(event)

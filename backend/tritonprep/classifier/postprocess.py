@@ -57,7 +57,8 @@ def top_k_on_device(logits: Any, k: int, wait: bool = True) -> tuple[np.ndarray,
     """:func:`top_k` of CuPy ``logits`` on their GPU: host arrays of the ``k`` probabilities (float32) and class ids
     (int32) per row, best first. One kernel (:func:`tritonprep.kernels.launch.softmax_top_k`: float32 softmax, ties
     to the lower id, as the host's stable sort) and one copy to the host, on the current stream; ``wait=False``
-    only enqueues the copy (into pinned memory): the arrays hold the result once the caller synchronized it."""
+    only enqueues the copy (into pinned memory): the arrays, strided views of one pinned block, hold the result
+    once the caller synchronized it (:meth:`TopK.outputs` makes rows of them contiguous)."""
     from ..kernels.launch import TOP_K_MAX, softmax_top_k
 
     k = min(k, logits.shape[-1])

@@ -99,6 +99,11 @@ class TensorRTRuntime:
         self._engine = None
         self._stream = None
 
+    @property
+    def stream(self) -> Any:
+        """The CuPy stream the engine runs on (the network's turns order it: :mod:`tritonprep.triton.turns`)."""
+        return self._stream
+
     def infer(self, batch: Any) -> Any:
         """Run the engine on ``batch`` (numpy or CuPy); returns a CuPy array.
 

@@ -113,8 +113,8 @@ def _softmax_top_k_kernel() -> cupy.RawKernel:
 def softmax_top_k(logits: cupy.ndarray, k: int, wait: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """The ``k`` best probabilities (float32) and class ids (int32) of each row of ``logits``, best first, ties to
     the lower id, as host arrays: one launch and one copy to the host, on the current stream (synchronized; with
-    ``wait=False`` the copy into pinned memory is only enqueued: the arrays hold the result once the caller has
-    synchronized that stream)."""
+    ``wait=False`` the copy into pinned memory is only enqueued: the arrays, strided views of that one pinned
+    block, hold the result once the caller has synchronized that stream)."""
     if logits.ndim != 2 or logits.shape[1] < 1:
         raise ValueError(f"logits must be a 2-D batch of rows, got shape {logits.shape}")
     rows, classes = logits.shape

@@ -21,8 +21,9 @@ The config parameter ``network_turns`` says how long a turn lasts:
 * ``ordered``: only while the holder enqueues its work. It makes its stream wait, on the GPU, for the last
   holder's work (an :class:`~tritonprep.cuda.IpcEvent` whose handle the lock file holds), enqueues its
   network and top-k, records its own event, writes its handle and hands the turn over; its host then waits
-  for its own work alone. The networks still run one at a time, back to back. An instance whose events
-  fail (logged) takes ``gpu`` turns instead.
+  for its own work alone. The networks still run one at a time, back to back. An instance whose own event
+  cannot be made or recorded, or whose runtime has no CUDA stream, takes ``gpu`` turns instead (logged); a
+  last holder that has exited, or whose event cannot be opened, is not waited for.
 * ``off``: no turns. CPU instances never take turns.
 """
 
@@ -84,13 +85,13 @@ class GpuTurns:
     @contextlib.contextmanager
     def take(self, stream: Any = None) -> Iterator[Callable[[], None]]:
         """Hold a turn for work enqueued on CuPy ``stream``; yields ``hand_over``, to call once the work is
-        enqueued: with ordered turns (and a stream) it ends the turn there, otherwise it does nothing and the
-        turn ends with the block."""
+        enqueued: with ordered turns it ends the turn there, otherwise it does nothing and the turn ends with the
+        block (a runtime without a CUDA stream takes whole turns)."""
         self._lock()
-        ordered = self.ordered and stream is not None
         try:
-            if ordered:
-                ordered = self._wait_for_last(stream.ptr)
+            if self.ordered and stream is None:
+                self._fall_back("its runtime has no CUDA stream to order")
+            ordered = self.ordered and self._wait_for_last(stream)
             yield (lambda: self._hand_over(stream.ptr)) if ordered else (lambda: None)
         finally:
             self._unlock()
@@ -105,38 +106,88 @@ class GpuTurns:
             self._held = False
             fcntl.flock(self._fd, fcntl.LOCK_UN)
 
-    def _wait_for_last(self, stream_ptr: int) -> bool:
-        """Make the stream wait for the last holder's work (named in the lock file); False where events fail."""
+    def _last(self) -> tuple[int | None, bytes]:
+        """The last ordered holder named in the lock file: its pid and its event's handle (None: nobody)."""
+        pid, _, handle = os.pread(self._fd, 256, 0).decode("ascii", "replace").partition(" ")  # type: ignore[arg-type]
+        try:
+            return int(pid), bytes.fromhex(handle.strip())
+        except ValueError:
+            return None, b""
+
+    def _clear(self, only_mine: bool = False) -> None:
+        """Empty the lock file (``only_mine``: only where it names this process), under the turn."""
+        if not only_mine or self._last()[0] == os.getpid():
+            os.ftruncate(self._fd, 0)  # type: ignore[arg-type]
+
+    def _fall_back(self, reason: str) -> None:
+        log.warning("%s: no ordered turns (%s); turns last until the results are on the host", self.name, reason)
+        self.ordered = False
+        self._clear(only_mine=True)  # nobody waits for an event of this one any more
+
+    def _wait_for_last(self, stream: Any) -> bool:
+        """Make ``stream`` wait, on the GPU, for the last holder's work; False where this instance has no event."""
         try:
             if self._event is None:
-                self._event = IpcEvent()
-            pid, _, handle = os.pread(self._fd, 256, 0).decode("ascii").partition(" ")  # type: ignore[arg-type]
-            if pid and int(pid) != os.getpid():
-                self._event.wait(bytes.fromhex(handle.strip()), stream_ptr)
-            return True
-        except Exception as e:  # noqa: BLE001 - CuPy's CUDA errors, a torn file: turns as long as the work instead
-            log.warning("%s: ordered turns failed (%s); turns last until the results are on the host", self.name, e)
-            self.ordered = False
-            os.ftruncate(self._fd, 0)  # type: ignore[arg-type]  # nobody waits for a stale event of this one
+                self._event = IpcEvent(stream.device_id)
+        except Exception as e:  # noqa: BLE001 - CuPy's CUDA errors (no IPC here): whole turns instead
+            self._fall_back(f"no CUDA IPC event: {e}")
             return False
+        pid, handle = self._last()
+        if pid is None or pid == os.getpid():
+            return True  # nobody, or this process: its own stream keeps the order
+        if not alive(pid):  # its work ended with it; its handle means nothing now
+            self._event.forget(handle)
+            self._clear()
+            return True
+        try:
+            self._event.wait(handle, stream.ptr)
+        except Exception as e:  # noqa: BLE001 - CuPy's CUDA errors: this turn is not ordered after that one
+            log.warning("%s: cannot wait for the event of process %d (%s); not waiting for it", self.name, pid, e)
+            self._event.forget(handle)
+            self._clear()
+        return True
 
     def _hand_over(self, stream_ptr: int) -> None:
         """End the turn once this instance's work is enqueued: the next holder's stream waits for it on the GPU."""
-        if not self._held:
+        if not self._held or self._event is None:
             return
-        self._event.record(stream_ptr)  # type: ignore[union-attr]
+        try:
+            self._event.record(stream_ptr)
+        except Exception as e:  # noqa: BLE001 - CuPy's CUDA errors: this turn lasts to the end of the block
+            self._fall_back(f"cannot record its event: {e}")
+            return
         os.ftruncate(self._fd, 0)  # type: ignore[arg-type]
-        os.pwrite(self._fd, f"{os.getpid()} {self._event.handle.hex()}".encode("ascii"), 0)  # type: ignore[union-attr,arg-type]
+        os.pwrite(self._fd, f"{os.getpid()} {self._event.handle.hex()}".encode("ascii"), 0)  # type: ignore[arg-type]
         self._unlock()
 
     def close(self) -> None:
-        """Close the lock file (releasing a turn still held) and the event."""
-        if self._event is not None:
-            self._event.close()
-            self._event = None
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        """Close the lock file (releasing a turn still held; no longer naming this process where the turn is free
+        now) and the event."""
+        try:
+            if self._fd is not None and self._event is not None:
+                with contextlib.suppress(BlockingIOError):
+                    fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    self._clear(only_mine=True)
+        finally:
+            try:
+                if self._event is not None:
+                    self._event.close()
+            finally:
+                self._event = None
+                if self._fd is not None:
+                    os.close(self._fd)
+                    self._fd = None
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (signal 0 checks without sending anything)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def turns_for(args: Mapping[str, str], params: Mapping[str, Any], env: Mapping[str, str] | None = None) -> GpuTurns:
