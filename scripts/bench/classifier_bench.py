@@ -296,8 +296,7 @@ def dali_rows(folder: Path, seconds: float, best: dict[str, Any] | None = None) 
         else DALI_DEFAULTS
     )
     for batch, threads, hw_load, prefetch in configs:
-        # the pipeline of DALI's rows in the harness: FP32 CHW, the runtime's input
-        p = build(jpegs, batch, threads, hw_load, prefetch)
+        p = build(jpegs, batch, threads, hw_load, prefetch)  # the same pipeline as DALI's rows in the harness
         rt = OrtCudaRuntime(model_file(ONNX, "fp16"), DIMS, buckets=(batch,), nhwc=True, cuda_graphs=True)
 
         def step(p: Any = p, rt: Any = rt, batch: int = batch) -> None:

@@ -68,12 +68,7 @@ def load_jpegs(folder: Path) -> list[np.ndarray]:
 
 
 def build(
-    jpegs: list[np.ndarray],
-    batch: int,
-    threads: int,
-    hw_load: float,
-    prefetch: int = 1,
-    no_copy: bool = False,
+    jpegs: list[np.ndarray], batch: int, threads: int, hw_load: float, prefetch: int = 1, no_copy: bool = False
 ):  # -> nvidia.dali.Pipeline
     """A built pipeline fed by a callable ``source`` that returns precomputed batches of ``jpegs`` in turn.
 
@@ -97,12 +92,7 @@ def build(
         images = fn.decoders.image(data, device="mixed", output_type=types.RGB, hw_decoder_load=hw_load)
         images = fn.resize(images, resize_shorter=256, antialias=True, interp_type=types.INTERP_LINEAR)
         return fn.crop_mirror_normalize(
-            images,
-            crop=(224, 224),
-            mean=[127.0] * 3,
-            std=[128.0] * 3,
-            dtype=types.FLOAT,
-            output_layout="CHW",
+            images, crop=(224, 224), mean=[127.0] * 3, std=[128.0] * 3, dtype=types.FLOAT, output_layout="CHW"
         )
 
     p = pipe()

@@ -45,7 +45,7 @@ def build_job() -> tuple[Any, Any, Any]:
     from tritonprep.classifier.runtimes import RuntimeOptions, load_runtime
     from tritonprep.executors.gpu import GpuExecutor
     from tritonprep.memory import PARAMETER
-    from tritonprep.pipeline.fused import DEFAULT_NETWORK, PIXELS, split_parameters
+    from tritonprep.pipeline.fused import DEFAULT_NETWORK, PIXELS, shares_stream, split_parameters
     from tritonprep.spec import PreprocessConfig
 
     prep, net = split_parameters(shipped_parameters("classify_fused"))
@@ -60,7 +60,7 @@ def build_job() -> tuple[Any, Any, Any]:
         network, config.spec(PIXELS).output_shape, options=options, device_id=0, use_gpu=True, max_batch=256,
         stream=executor.stream,
     )  # fmt: skip
-    if getattr(runtime, "stream", None) is not executor.stream:
+    if not shares_stream(runtime, executor):
         raise RuntimeError(f"the network runs on {runtime.name}, not on the executor's stream: nothing to compare")
     log.info("job: %s; network %s (%s), buckets %s", executor.describe(), network.name, runtime.name,
              options.batch_buckets)  # fmt: skip

@@ -135,16 +135,14 @@ class GpuTurns:
         pid, handle = self._last()
         if pid is None or pid == os.getpid():
             return True  # nobody, or this process: its own stream keeps the order
-        if not alive(pid):  # its work ended with it; its handle means nothing now
-            self._event.forget(handle)
-            self._clear()
-            return True
-        try:
-            self._event.wait(handle, stream.ptr)
-        except Exception as e:  # noqa: BLE001 - CuPy's CUDA errors: this turn is not ordered after that one
-            log.warning("%s: cannot wait for the event of process %d (%s); not waiting for it", self.name, pid, e)
-            self._event.forget(handle)
-            self._clear()
+        if alive(pid):
+            try:
+                self._event.wait(handle, stream.ptr)
+                return True
+            except Exception as e:  # noqa: BLE001 - CuPy's CUDA errors: this turn is not ordered after that one
+                log.warning("%s: cannot wait for the event of process %d (%s); not waiting for it", self.name, pid, e)
+        self._event.forget(handle)  # its process has ended, or its event cannot be opened: the handle is no use
+        self._clear()
         return True
 
     def _hand_over(self, stream_ptr: int) -> None:
@@ -156,7 +154,7 @@ class GpuTurns:
         except Exception as e:  # noqa: BLE001 - CuPy's CUDA errors: this turn lasts to the end of the block
             self._fall_back(f"cannot record its event: {e}")
             return
-        os.ftruncate(self._fd, 0)  # type: ignore[arg-type]
+        self._clear()
         os.pwrite(self._fd, f"{os.getpid()} {self._event.handle.hex()}".encode("ascii"), 0)  # type: ignore[arg-type]
         self._unlock()
 
