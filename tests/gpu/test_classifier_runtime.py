@@ -98,6 +98,11 @@ def test_then_runs_behind_the_network_before_its_one_wait(cp, runtime, batch):
     np.testing.assert_array_equal(ids, want_ids)
     np.testing.assert_allclose(scores, want_scores, rtol=0, atol=1e-6)
     assert runtime.infer_many([], then=top_k)[0].shape == (0, 5)
+    # enqueued: the copy into pinned memory is not waited for by the top-k, only by the runtime's one synchronize
+    scores, ids = runtime.infer_many([x[:1], batch[1:]], then=top_k.enqueued)
+    np.testing.assert_array_equal(ids, want_ids)
+    np.testing.assert_allclose(scores, want_scores, rtol=0, atol=1e-6)
+    assert top_k.outputs(scores, ids)["SCORES"].flags.c_contiguous
 
 
 def test_a_batch_beyond_the_largest_bucket_runs_in_chunks(cp, runtime, batch):

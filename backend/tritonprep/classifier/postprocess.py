@@ -143,6 +143,11 @@ class TopK:
         scores, ids = top_k(np.asarray(logits), self.k)
         return scores, ids.astype(np.int32)
 
+    def enqueued(self, logits: Any) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`__call__` with ``wait=False``: a runtime's ``infer_many(then=...)`` synchronizes its stream once
+        after it, so the top-k's copy into pinned memory costs no wait of its own."""
+        return self(logits, wait=False)
+
     def outputs(self, scores: np.ndarray, ids: np.ndarray) -> dict[str, np.ndarray]:
         """``{output name: rows}`` of some rows of :meth:`__call__`'s result; ``LABELS`` as an object array of the
         names' UTF-8 bytes (what a BYTES tensor holds)."""

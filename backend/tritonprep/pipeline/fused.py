@@ -16,8 +16,9 @@ the same three things in one process, per ``execute()``:
    with a session and CUDA graph per batch bucket, reading the executor's GPU batch where it is);
 3. softmax and top-k run where the logits are (on the GPU for a GPU runtime; only the ``k`` scores and
    ids per image come to the host: :class:`~tritonprep.classifier.postprocess.TopK`, the classifier's),
-   enqueued behind the network; their copy to the host is the job's one wait for the GPU (with ONNX Runtime, on
-   the executor's stream; a runtime on a stream of its own, TensorRT's, has the executor wait first).
+   enqueued behind the network with their copy into pinned host memory; the runtime's one synchronize is the
+   job's one wait for the GPU (with ONNX Runtime, on the executor's stream; a runtime on a stream of its own,
+   TensorRT's, has the executor wait first).
 
 These are the steps of one :class:`~tritonprep.triton.isolation.RequestIsolation`, so the errors are
 ``classify``'s too: a bad image fails its own request (``image i of n [reason]: ...``), a failure of
@@ -174,7 +175,7 @@ class FusedClassifyModel:
     def classify(self, parts: list[Preprocessed]) -> tuple[np.ndarray, np.ndarray]:
         """Top-k probabilities and class ids of the network over the requests' pixels, one after the other,
         computed where the logits are, behind the network (the runtime waits once for both)."""
-        return self.runtime.infer_many([p.outputs[PIXELS] for p in parts], then=self.top_k)
+        return self.runtime.infer_many([p.outputs[PIXELS] for p in parts], then=self.top_k.enqueued)
 
     def respond(self, rows: Sequence[np.ndarray]) -> list[Any]:
         """One request's output tensors from its rows of :meth:`classify`'s outputs."""

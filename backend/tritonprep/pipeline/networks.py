@@ -96,7 +96,7 @@ def warm_top_k(top_k: TopK | None, runtime: Runtime, input_dims: Sequence[int]) 
     runtime's timings)."""
     if top_k is not None and runtime.on_gpu:
         t0 = time.perf_counter()
-        runtime.infer_many([np.zeros((1, *input_dims), np.float32)], then=top_k)  # as requests run it
+        runtime.infer_many([np.zeros((1, *input_dims), np.float32)], then=top_k.enqueued)  # as requests run it
         runtime.timings["top_k_warm"] = time.perf_counter() - t0
 
 
@@ -164,7 +164,7 @@ class ClassifierModel:
         def finish(logits: Any) -> tuple[tuple[np.ndarray, np.ndarray] | None, np.ndarray | None]:
             marks["launched"] = time.perf_counter()
             # the top-k's copy is only enqueued (its arrays are read after the runtime's wait); logits are copied now
-            top = self.top_k(logits, wait=False) if self.top_k is not None and wanted & set(TOP_K_OUTPUTS) else None
+            top = self.top_k.enqueued(logits) if self.top_k is not None and wanted & set(TOP_K_OUTPUTS) else None
             host = to_numpy(logits) if LOGITS in wanted else None
             hand_over()  # ordered turns end here: the next instance's network waits for this one on the GPU
             return top, host
