@@ -13,7 +13,7 @@ from tritonprep.triton.turns import turns_for
 
 GPU0 = {"model_name": "classifier", "model_instance_kind": "GPU", "model_instance_device_id": "0"}
 FIRST = """
-import sys, time
+import math, sys, time
 from tritonprep.cuda import import_cupy
 from tritonprep.triton.turns import turns_for
 cp = import_cupy()
@@ -21,12 +21,17 @@ turns = turns_for({"model_name": "classifier", "model_instance_kind": "GPU", "mo
                   {"network_turns": "ordered"}, {"TRITONPREP_REPORT_DIR": sys.argv[1]})
 stream = cp.cuda.Stream(non_blocking=True)
 with stream:
-    a = cp.ones((8192, 8192), cp.float32)
+    a = cp.ones((4096, 4096), cp.float32)
     (a @ a).sum()  # compiled and warm
     stream.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(4):
+        a = (a @ a) * 1e-4
+    stream.synchronize()
+    rounds = math.ceil(float(sys.argv[2]) * 4 / (time.perf_counter() - t0))  # about argv[2] seconds of GPU work
     with turns.take(stream) as hand_over:
-        for _ in range(int(sys.argv[2])):
-            a = (a @ a) * 1e-4  # about 10-50 ms each
+        for _ in range(rounds):
+            a = (a @ a) * 1e-4
         hand_over()
         print("handed", time.time(), flush=True)
     stream.synchronize()
@@ -42,23 +47,27 @@ def test_the_second_holder_runs_on_the_gpu_after_the_first(cp, tmp_path: Path):
     stream = cp.cuda.Stream(non_blocking=True)
     with stream, turns.take(stream) as hand_over:  # this process's context and event, made before the first runs
         hand_over()
-    first = subprocess.Popen([sys.executable, "-c", FIRST, str(tmp_path), "24"], stdout=subprocess.PIPE, text=True)
+        tiny = cp.arange(4, dtype=cp.float32) + 1  # its kernels compiled now, not after the wait below
+        stream.synchronize()
+    first = subprocess.Popen([sys.executable, "-c", FIRST, str(tmp_path), "1.0"], stdout=subprocess.PIPE, text=True)
     assert first.stdout is not None
     word, handed = first.stdout.readline().split()
     assert word == "handed"
     with stream:
         with turns.take(stream) as hand_over:
-            x = cp.arange(4, dtype=cp.float32) + 1  # tiny: done at once unless it waits for the first
+            x = tiny + 1  # done at once unless it waits for the first
             hand_over()
         mine = cp.cuda.Event(disable_timing=True)
         mine.record(stream)
         queued = not mine.done  # the first process's products are still running: this stream waits for them
+        checked = time.time()
         stream.synchronize()
         ended = time.time()
     word, done = first.stdout.readline().split()
     assert word == "done" and first.wait(60) == 0
     turns.close()
-    assert float(done) - float(handed) > 0.05, "the first process's work was too short to tell the order"
-    assert queued, "this process's tiny kernel was not held back behind the first process's work on the GPU"
-    assert float(x.sum()) == 10.0
+    timeline = f"handed {0:.3f}, checked {checked - float(handed):.3f}, first done {float(done) - float(handed):.3f}"
+    assert checked < float(done) - 0.1, f"the first process's work ended before the check could tell ({timeline} s)"
+    assert queued, f"this process's kernel was not held back behind the first process's work ({timeline} s)"
+    assert float(x.sum()) == 14.0
     assert ended >= float(done) - 0.02, f"this work ended {float(done) - ended:.3f} s before the first one's"
