@@ -332,11 +332,11 @@ class OrtCudaRuntime:
         return _Bucket(size, session, x, y, binding)
 
     def _warm_up(self) -> None:
-        """Each bucket's first run (cuDNN's heuristics pick each convolution's algorithm: seconds per bucket; the
-        buckets side by side), neither capturing nor replaying (run option ``gpu_graph_id`` -1), on threads while
-        ``meanwhile`` runs here (ONNX Runtime lets go of the GIL, the decoders' first call may not); then the
-        captures (hundredths of a second: the algorithms are known) and the replay times on this thread, the one
-        :meth:`infer` runs on (ONNX Runtime keeps its graphs per thread; a capture needs the process to itself)."""
+        """Each bucket's first run (cuDNN's heuristics pick each convolution's algorithm: seconds per bucket), neither
+        capturing nor replaying (run option ``gpu_graph_id`` -1), on a thread while ``meanwhile`` runs here (ONNX
+        Runtime lets go of the GIL, the decoders' first call may not); then the captures (hundredths of a second:
+        the algorithms are known) and the replay times on this thread, the one :meth:`infer` runs on (ONNX Runtime
+        keeps its graphs per thread; a capture needs the process to itself)."""
         pairs = list(zip(self._buckets, self.session_caps_mb))
         first = None
         if self.cuda_graphs:
@@ -366,20 +366,10 @@ class OrtCudaRuntime:
         self.timings["measure"] = time.perf_counter() - t0
 
     def _first_runs(self, pairs: list[tuple[_Bucket, int]], options: Any) -> None:
-        """Each bucket's first run on a thread of its own: most of a first run is cuDNN choosing (and compiling)
-        kernels for that shape on the CPU, and the sessions are independent, so the buckets' first runs overlap
-        (their GPU work queues on the one stream); ``first_runs`` is their wall time together."""
-
-        def first_run(bucket: _Bucket, cap: int) -> None:
+        for bucket, cap in pairs:
             t0 = time.perf_counter()
             self._run_bucket(bucket, cap, options)
             self.timings[f"first_run_b{bucket.size}"] = time.perf_counter() - t0
-
-        t0 = time.perf_counter()
-        with ThreadPoolExecutor(len(pairs) or 1, thread_name_prefix="tritonprep-ort-first-run") as pool:
-            for run in [pool.submit(first_run, bucket, cap) for bucket, cap in pairs]:
-                run.result()  # the first error goes up, once every run is over
-        self.timings["first_runs"] = time.perf_counter() - t0
 
     @staticmethod
     def _run_bucket(bucket: _Bucket, cap: int, options: Any = None) -> None:
