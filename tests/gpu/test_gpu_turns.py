@@ -13,30 +13,33 @@ from tritonprep.triton.turns import turns_for
 
 GPU0 = {"model_name": "classifier", "model_instance_kind": "GPU", "model_instance_device_id": "0"}
 FIRST = """
-import math, sys, time
+import sys, time
+import numpy as np
 from tritonprep.cuda import import_cupy
 from tritonprep.triton.turns import turns_for
 cp = import_cupy()
 turns = turns_for({"model_name": "classifier", "model_instance_kind": "GPU", "model_instance_device_id": "0"},
                   {"network_turns": "ordered"}, {"TRITONPREP_REPORT_DIR": sys.argv[1]})
+spin = cp.RawKernel(SPIN, "tritonprep_test_spin")
+hz = cp.cuda.Device(0).attributes["ClockRate"] * 1000.0  # the SM clock, kHz -> Hz
 stream = cp.cuda.Stream(non_blocking=True)
 with stream:
-    a = cp.ones((4096, 4096), cp.float32)
-    (a @ a).sum()  # compiled and warm
+    spin((1,), (1,), (np.int64(1000),))  # compiled and loaded before the turn
     stream.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(4):
-        a = (a @ a) * 1e-4
-    stream.synchronize()
-    rounds = math.ceil(float(sys.argv[2]) * 4 / (time.perf_counter() - t0))  # about argv[2] seconds of GPU work
     with turns.take(stream) as hand_over:
-        for _ in range(rounds):
-            a = (a @ a) * 1e-4
+        spin((1,), (1,), (np.int64(float(sys.argv[2]) * hz),))  # one launch: the GPU busy for about argv[2] s
         hand_over()
         print("handed", time.time(), flush=True)
     stream.synchronize()
 print("done", time.time(), flush=True)
 turns.close()
+"""
+#: one thread spinning on the SM clock for a number of cycles: GPU work of a known length in one launch
+SPIN = r"""
+extern "C" __global__ void tritonprep_test_spin(long long cycles) {
+    long long start = clock64();
+    while (clock64() - start < cycles) {}
+}
 """
 
 
@@ -49,17 +52,19 @@ def test_the_second_holder_runs_on_the_gpu_after_the_first(cp, tmp_path: Path):
         hand_over()
         tiny = cp.arange(4, dtype=cp.float32) + 1  # its kernels compiled now, not after the wait below
         stream.synchronize()
-    first = subprocess.Popen([sys.executable, "-c", FIRST, str(tmp_path), "1.0"], stdout=subprocess.PIPE, text=True)
+    script = f"SPIN = {SPIN!r}\n{FIRST}"
+    first = subprocess.Popen([sys.executable, "-c", script, str(tmp_path), "1.0"], stdout=subprocess.PIPE, text=True)
     assert first.stdout is not None
     word, handed = first.stdout.readline().split()
     assert word == "handed"
     with stream:
         with turns.take(stream) as hand_over:
-            x = tiny + 1  # done at once unless it waits for the first
+            x = tiny + 1  # done within microseconds unless it waits for the first
             hand_over()
         mine = cp.cuda.Event(disable_timing=True)
         mine.record(stream)
-        queued = not mine.done  # the first process's products are still running: this stream waits for them
+        time.sleep(0.05)  # ample for a tiny kernel, even time-sliced with the first process's
+        queued = not mine.done  # the first process's second of work is still running: this stream waits for it
         checked = time.time()
         stream.synchronize()
         ended = time.time()
