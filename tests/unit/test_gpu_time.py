@@ -109,6 +109,11 @@ def test_classifier_turns_axis_sets_network_turns_off_in_a_copy(tmp_path) -> Non
     assert line in (REPO / "model_repository" / "classifier" / "configs" / "gpu.pbtxt").read_text()  # the source stays
     with pytest.raises(ValueError, match="no config declares"):
         with_parameter(model, "no_such_parameter", "x")
+    with_parameter(model, "hw_decoder", "false", add=True)  # a parameter left at its default: appended to each
+    for cfg in (model / "configs" / "gpu.pbtxt", model / "config.pbtxt"):
+        assert cfg.read_text().endswith('parameters { key: "hw_decoder" value: { string_value: "false" } }\n')
+    with_parameter(model, "hw_decoder", "true", add=True)  # once there, set in place
+    assert (model / "config.pbtxt").read_text().count('key: "hw_decoder"') == 1
 
 
 def test_classifier_parameter_axis_serves_one_copy_per_value() -> None:
@@ -132,6 +137,8 @@ def test_classifier_parameter_axis_serves_one_copy_per_value() -> None:
     assert parameter_axis(other) == ("preprocess:mps_active_thread_percentage", ["shipped", "40"])
     with pytest.raises(ValueError, match="the preprocess's GPU config declares no parameter 'batch_buckets'"):
         parameter_axis(argparse.Namespace(classifier_parameter="preprocess:batch_buckets=1"))
+    decoder = argparse.Namespace(classifier_parameter="preprocess:hw_decoder=shipped,false")  # left at its default
+    assert parameter_axis(decoder) == ("preprocess:hw_decoder", ["shipped", "false"])
 
 
 def test_classifier_parameter_reaches_classify_fused_network_too(tmp_path) -> None:

@@ -82,17 +82,21 @@ def without_preferred_batch_sizes(model_dir: Path) -> None:
         cfg.write_text(text)
 
 
-def with_parameter(model_dir: Path, key: str, value: str) -> None:
-    """Set the string parameter ``key`` to ``value`` in every config of a copied model that declares it; a linked
-    config becomes a file of its own. :class:`ValueError` if no config declares it."""
+def with_parameter(model_dir: Path, key: str, value: str, add: bool = False) -> None:
+    """Set the string parameter ``key`` to ``value`` in every config of a copied model that declares it (``add``:
+    in every config, appended where it is not declared: a parameter left at its default); a linked config becomes
+    a file of its own. :class:`ValueError` if no config declares it and not ``add``."""
     pattern = re.compile(r'(parameters \{ key: "' + re.escape(key) + r'" value: \{ string_value: ")[^"]*(" \} \})')
     changed = 0
-    for cfg in model_configs(model_dir):
-        text, n = pattern.subn(lambda m: m.group(1) + value + m.group(2), cfg.read_text())
+    configs = model_configs(model_dir)
+    texts = {cfg: pattern.subn(lambda m: m.group(1) + value + m.group(2), cfg.read_text()) for cfg in configs}
+    for cfg, (text, n) in texts.items():
         changed += n
+        if add and not n:
+            text = text.rstrip("\n") + f'\nparameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}\n'
         cfg.unlink()
         cfg.write_text(text)
-    if not changed:
+    if not changed and not add:
         raise ValueError(f"{model_dir}: no config declares parameter {key!r} in the one-line form this harness reads")
 
 

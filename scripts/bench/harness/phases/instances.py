@@ -22,6 +22,7 @@ import logging
 from pathlib import Path
 
 from tritonprep.cuda import MPS_THREADS_ENV
+from tritonprep.spec.table import TABLE as PREPROCESS_TABLE
 
 from ..repos import SOURCE, make_repo, with_parameter, without_preferred_batch_sizes
 from ..run import Run
@@ -92,8 +93,9 @@ def turns_of(args: argparse.Namespace) -> list[str]:
 
 def parameter_axis(args: argparse.Namespace) -> tuple[str, list[str]]:
     """``(key, values)`` of ``--classifier-parameter KEY=V1,V2`` (``shipped``: the config's own value; a value's own
-    commas are written ``+``: ``batch_buckets=shipped,1+64``); ``("", ["shipped"])`` without it; :class:`ValueError`
-    for a malformed one."""
+    commas are written ``+``: ``batch_buckets=shipped,1+64``; ``preprocess:KEY`` may be any preprocess parameter,
+    one its config leaves at the default included); ``("", ["shipped"])`` without it; :class:`ValueError` for a
+    malformed one."""
     given = (getattr(args, "classifier_parameter", "") or "").strip()
     if not given:
         return "", ["shipped"]
@@ -103,7 +105,8 @@ def parameter_axis(args: argparse.Namespace) -> tuple[str, list[str]]:
         raise ValueError(f"--classifier-parameter: expected KEY=VALUE,VALUE (e.g. fuse_conv_bias=shipped,true), got "
                          f"{given!r}")  # fmt: skip
     model, _, name = key.strip().rpartition(":")
-    if f'key: "{name}"' not in (SOURCE / (model or "classifier") / "configs" / "gpu.pbtxt").read_text():
+    declared = f'key: "{name}"' in (SOURCE / (model or "classifier") / "configs" / "gpu.pbtxt").read_text()
+    if not declared and not (model == "preprocess" and name in PREPROCESS_TABLE):
         raise ValueError(f"--classifier-parameter: the {model or 'classifier'}'s GPU config declares no parameter "
                          f"{name!r}")  # fmt: skip
     return key.strip(), items
@@ -114,7 +117,7 @@ def set_parameter(repo: Path, key: str, value: str) -> list[str]:
     declares it (the same network); ``MODEL:KEY`` in that model only; the models changed."""
     model, _, key = key.rpartition(":")
     if model:
-        with_parameter(repo / model, key, value)
+        with_parameter(repo / model, key, value, add=model == "preprocess" and key in PREPROCESS_TABLE)
         return [model]
     with_parameter(repo / "classifier", key, value)
     try:
