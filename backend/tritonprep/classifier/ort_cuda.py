@@ -345,8 +345,10 @@ class OrtCudaRuntime:
         if self._meanwhile is None:
             self._first_runs(pairs, first)
         else:  # an error of meanwhile goes up once the first runs are over (the pool waits for them)
+            entered = threading.Event()
             with ThreadPoolExecutor(1, thread_name_prefix="tritonprep-ort-first-runs") as pool:
-                runs = pool.submit(self._first_runs, pairs, first)
+                runs = pool.submit(self._first_runs, pairs, first, entered)
+                entered.wait()  # meanwhile may hold the GIL for seconds: the first run is inside ONNX Runtime first
                 self._meanwhile()
                 runs.result()
         if self.cuda_graphs:
@@ -365,11 +367,19 @@ class OrtCudaRuntime:
         self.plan = BucketPlan(sizes, measure(sizes, run))
         self.timings["measure"] = time.perf_counter() - t0
 
-    def _first_runs(self, pairs: list[tuple[_Bucket, int]], options: Any) -> None:
-        for bucket, cap in pairs:
-            t0 = time.perf_counter()
-            self._run_bucket(bucket, cap, options)
-            self.timings[f"first_run_b{bucket.size}"] = time.perf_counter() - t0
+    def _first_runs(self, pairs: list[tuple[_Bucket, int]], options: Any, entered: Any = None) -> None:
+        """``entered`` (a ``threading.Event``) is set just before the first run calls into ONNX Runtime, which lets
+        go of the GIL (and in any case before this returns)."""
+        try:
+            for bucket, cap in pairs:
+                t0 = time.perf_counter()
+                if entered is not None:
+                    entered.set()
+                self._run_bucket(bucket, cap, options)
+                self.timings[f"first_run_b{bucket.size}"] = time.perf_counter() - t0
+        finally:
+            if entered is not None:
+                entered.set()
 
     @staticmethod
     def _run_bucket(bucket: _Bucket, cap: int, options: Any = None) -> None:

@@ -30,6 +30,7 @@ import numpy as np
 from ..errors import ConfigError, RuntimeUnavailable
 from ..memory import instance_budget_mb
 from ..parameters import Parameter, check_choice, markdown_table, read_bool, read_ints, read_lower, read_whole
+from .builders import import_tensorrt
 from .engines import EngineBuildError
 from .ort_cuda import GPU_INSTALL_HINT, OrtCudaRuntime, cuda_provider_available, import_onnxruntime
 from .ort_options import ARENA_EXTEND, CONV_ALGO_SEARCH, CudaEpOptions
@@ -343,7 +344,8 @@ def load_runtime(
     preprocess executor's, so that decode, kernels and network are ordered on one stream; ``shared_mb``:
     what else the instance holds of its ``gpu_memory_mb`` (``classify_fused``'s preprocessing);
     ``meanwhile``: the caller's other start-up work, run once: ONNX Runtime's CUDA EP runs it while its buckets'
-    first runs go on a thread of their own (:class:`OrtCudaRuntime`), the other runtimes before they load.
+    first runs go on a thread of their own (:class:`OrtCudaRuntime`), the other runtimes before they load (TensorRT
+    only where its package is there: otherwise the overlap with ONNX Runtime would be lost).
     """
     options = options or RuntimeOptions.from_parameters({}, max_batch)
     meanwhile = _once(meanwhile) if meanwhile is not None else None
@@ -355,9 +357,10 @@ def load_runtime(
     if prefer in ("auto", "tensorrt") and use_gpu:
         from .tensorrt import TensorRTRuntime
 
-        if meanwhile is not None:
-            meanwhile()
         try:
+            import_tensorrt()  # absent (the usual case): meanwhile is left to overlap ONNX Runtime's first runs
+            if meanwhile is not None:
+                meanwhile()
             return TensorRTRuntime(onnx_path, input_dims, device_id, max_batch, fp16=options.precision == "fp16")
         except RuntimeUnavailable as e:
             if prefer == "tensorrt":
