@@ -106,10 +106,15 @@ def parameter_axis(args: argparse.Namespace) -> tuple[str, list[str]]:
                          f"{given!r}")  # fmt: skip
     model, _, name = key.strip().rpartition(":")
     declared = f'key: "{name}"' in (SOURCE / (model or "classifier") / "configs" / "gpu.pbtxt").read_text()
-    if not declared and not (model == "preprocess" and name in PREPROCESS_TABLE):
+    if not declared and not known_default(model, name):
         raise ValueError(f"--classifier-parameter: the {model or 'classifier'}'s GPU config declares no parameter "
                          f"{name!r}")  # fmt: skip
     return key.strip(), items
+
+
+def known_default(model: str, key: str) -> bool:
+    """Whether ``model``'s configs may leave ``key`` at its default (a preprocess parameter): the copy gets it."""
+    return model == "preprocess" and key in PREPROCESS_TABLE
 
 
 def set_parameter(repo: Path, key: str, value: str) -> list[str]:
@@ -117,7 +122,7 @@ def set_parameter(repo: Path, key: str, value: str) -> list[str]:
     declares it (the same network); ``MODEL:KEY`` in that model only; the models changed."""
     model, _, key = key.rpartition(":")
     if model:
-        with_parameter(repo / model, key, value, add=model == "preprocess" and key in PREPROCESS_TABLE)
+        with_parameter(repo / model, key, value, add=known_default(model, key))
         return [model]
     with_parameter(repo / "classifier", key, value)
     try:
