@@ -16,7 +16,11 @@ requests):
 One JSON row per (path, gap): p50, p90 and mean milliseconds of a call and of its steps' host time
 (``preprocess``, ``network``, ``top_k``; under ``one_wait`` the network's and top-k's GPU work is waited for in top-k).
 
+``--profile FILE`` adds where a call's host time goes: cProfile over ``--calls`` calls of each path at the first gap,
+its top functions by own time (text).
+
     python -m scripts.bench.lone_image --images DIR --out FILE [--gaps-ms 0,3] [--gap-modes sleep,spin] [--calls 300]
+        [--profile FILE]
 """
 
 from __future__ import annotations
@@ -141,6 +145,27 @@ def measure(
     return {"call_ms": stats(totals), "steps_ms": {k: stats(v) for k, v in steps.items()}}
 
 
+def profile(calls: dict[str, Callable[[bytes], dict[str, float]]], images: list[bytes], n: int, gap_s: float) -> str:
+    """cProfile's top functions by own time over ``n`` calls of each path (``gap_s`` asleep before each)."""
+    import cProfile
+    import io
+    import pstats
+
+    text = io.StringIO()
+    for path, call in calls.items():
+        for i in range(WARMUP_CALLS):
+            call(images[i % len(images)])
+        prof = cProfile.Profile()
+        for i in range(n):
+            time.sleep(gap_s)
+            prof.enable()
+            call(images[i % len(images)])
+            prof.disable()
+        text.write(f"== {path}: {n} calls, {gap_s * 1e3:g} ms asleep before each (cProfile: times inflated)\n")
+        pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(30)
+    return text.getvalue()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--images", type=Path, required=True, help="a folder of JPEGs (one a call, in turn)")
@@ -149,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gap-modes", default="sleep", help="sleep (the thread asleep), spin (busy on the CPU), or both")
     ap.add_argument("--calls", type=int, default=300, help="timed calls per (path, gap)")
     ap.add_argument("--paths", default=",".join(PATHS), help=f"comma list of {', '.join(PATHS)}")
+    ap.add_argument("--profile", type=Path, help="also write cProfile's top functions per path here (text)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     images = [p.read_bytes() for p in sorted(args.images.glob("*.jp*g"))][:64]
@@ -173,6 +199,11 @@ def main(argv: list[str] | None = None) -> int:
                 log.info("%-10s gap %4.1f ms %-5s: p50 %.3f ms, p90 %.3f ms (steps p50: %s)", path, gap, mode,
                          row["call_ms"]["p50"], row["call_ms"]["p90"], steps)  # fmt: skip
         args.out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        if args.profile:
+            paths = args.paths.split(",")
+            calls = {path: call_for(path, executor, runtime, top_k, ready) for path in paths}
+            args.profile.write_text(profile(calls, images, args.calls, gaps[0][0] / 1e3))
+            log.info("profile: %s", args.profile)
     finally:
         runtime.close()
         executor.close()

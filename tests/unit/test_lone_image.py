@@ -31,3 +31,16 @@ def test_every_documented_path_has_a_call_and_no_other():
         assert callable(lone_image.call_for(path, None, None, None, None)) and f"``{path}``" in lone_image.__doc__
     with pytest.raises(KeyError):
         lone_image.call_for("nope", None, None, None, None)
+
+
+def test_profile_names_each_path_and_the_functions_its_calls_spent_time_in():
+    def slow_step(data: bytes) -> None:
+        time.sleep(0.001 * len(data))
+
+    def call(data: bytes) -> dict[str, float]:
+        slow_step(data)
+        return {}
+
+    text = lone_image.profile({"one_wait": call}, [b"ab"], 5, 0.0)
+    assert "== one_wait: 5 calls" in text
+    assert "slow_step" in text and "time.sleep" in text
