@@ -105,6 +105,30 @@ def test_then_runs_behind_the_network_before_its_one_wait(cp, runtime, batch):
     assert top_k.outputs(scores, ids)["SCORES"].flags.c_contiguous
 
 
+def test_then_reads_one_bucket_run_in_place_and_several_through_a_copy(cp, runtime, batch):
+    """One bucket run: ``then`` reads its output buffer, no copy of the logits; several: their concatenation. The
+    answers are those of ``infer``, and a later call does not change what ``then`` returned."""
+    seen = []
+
+    def to_host(logits):
+        seen.append(logits.data.ptr)
+        return logits.get()
+
+    x = cp.asarray(batch)
+    assert runtime.chunks_for(4) == [4]
+    four = runtime.infer_many([x[:4]], then=to_host)
+    assert seen[-1] == runtime._bucket(4).y.data.ptr
+    kept = four.copy()
+    runtime.infer_many([x[3:4], x[:3]], then=to_host)  # the same bucket, other rows: a new call's own answer
+    np.testing.assert_array_equal(four, kept)
+    np.testing.assert_allclose(four, runtime.infer(x[:4]).get(), rtol=0, atol=1e-3)
+    many = cp.asarray(np.concatenate([batch] * 5))
+    assert len(runtime.chunks_for(len(many))) > 1
+    got = runtime.infer_many([many], then=to_host)
+    assert seen[-1] not in {bucket.y.data.ptr for bucket in runtime._buckets}
+    np.testing.assert_allclose(got, runtime.infer(many).get(), rtol=0, atol=1e-3)
+
+
 def test_a_batch_beyond_the_largest_bucket_runs_in_chunks(cp, runtime, batch):
     x = cp.asarray(np.concatenate([batch] * 5))  # 20 images, largest bucket 16
     got = runtime.infer(x).get()

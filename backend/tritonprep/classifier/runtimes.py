@@ -59,8 +59,9 @@ class Runtime(Protocol):
     def infer_many(self, parts: Sequence[Any], then: Callable[[Any], Any] | None = None) -> Any:
         """Logits of the concatenation of ``parts`` (what a Triton execute holds: one part per request); with
         ``then``, ``then(logits)`` instead, run where the logits are before the call ends (on a GPU, on the
-        runtime's stream before its one synchronize). CuPy parts must be complete, or enqueued on the runtime's own
-        stream."""
+        runtime's stream before its one synchronize; the logits it gets may be the runtime's own buffer: it reads or
+        copies them before the call ends and keeps no reference). CuPy parts must be complete, or enqueued on the
+        runtime's own stream."""
         ...
 
     def close(self) -> None:
