@@ -39,6 +39,14 @@ def cpu_probs(batch):
     return softmax(OrtCpuRuntime(ONNX).infer(batch))
 
 
+def upload(cp, array):
+    """``array`` on the GPU, complete: CuPy copies on this thread's stream, which the runtime's own stream does not
+    wait for (its parts must be complete)."""
+    out = cp.asarray(array)
+    cp.cuda.get_current_stream().synchronize()
+    return out
+
+
 @pytest.fixture(scope="module", params=["fp32-nchw", "fp16-nhwc-graphs"])
 def runtime(request, ort_gpu):
     from tritonprep.classifier.ort_cuda import OrtCudaRuntime
@@ -57,7 +65,7 @@ def runtime(request, ort_gpu):
 
 
 def test_gpu_classifier_matches_the_cpu_provider(cp, runtime, batch, cpu_probs):
-    got = runtime.infer(cp.asarray(batch))
+    got = runtime.infer(upload(cp, batch))
     assert isinstance(got, cp.ndarray) and got.shape == (len(batch), 1000)
     probs = softmax(got.get())
     assert (probs.argmax(axis=1) == cpu_probs.argmax(axis=1)).all()
@@ -66,7 +74,7 @@ def test_gpu_classifier_matches_the_cpu_provider(cp, runtime, batch, cpu_probs):
 
 def test_padding_to_the_bucket_does_not_change_the_rows(cp, runtime, batch):
     """3 images run padded in a larger bucket (or in smaller ones), 4 in the 4-bucket, 1 in the 1-bucket: same rows."""
-    x = cp.asarray(batch)
+    x = upload(cp, batch)
     three = runtime.infer(x[:3]).get()
     four = runtime.infer(x[:4]).get()
     one = runtime.infer(x[:1]).get()
@@ -78,7 +86,7 @@ def test_padding_to_the_bucket_does_not_change_the_rows(cp, runtime, batch):
 
 def test_parts_are_copied_in_where_they_live(cp, runtime, batch):
     """Requests arrive as separate tensors (GPU or host): no concatenation needed, same answers."""
-    x = cp.asarray(batch)
+    x = upload(cp, batch)
     whole = runtime.infer(x).get()
     parts = runtime.infer_many([x[:1], batch[1:3], x[3:]]).get()
     np.testing.assert_allclose(parts, whole, rtol=0, atol=1e-3)
@@ -91,7 +99,7 @@ def test_then_runs_behind_the_network_before_its_one_wait(cp, runtime, batch):
     from tritonprep.classifier.postprocess import TopK
 
     top_k = TopK(5)
-    x = cp.asarray(batch)
+    x = upload(cp, batch)
     scores, ids = runtime.infer_many([x[:1], batch[1:]], then=top_k)
     want_scores, want_ids = top_k(runtime.infer(x))
     assert isinstance(scores, np.ndarray) and scores.shape == (len(batch), 5)
@@ -114,7 +122,7 @@ def test_then_reads_one_bucket_run_in_place_and_several_through_a_copy(cp, runti
         seen.append(logits.data.ptr)
         return logits.get()
 
-    x = cp.asarray(batch)
+    x = upload(cp, batch)
     assert runtime.chunks_for(4) == [4]
     four = runtime.infer_many([x[:4]], then=to_host)
     assert seen[-1] == runtime._bucket(4).y.data.ptr
@@ -122,7 +130,7 @@ def test_then_reads_one_bucket_run_in_place_and_several_through_a_copy(cp, runti
     runtime.infer_many([x[3:4], x[:3]], then=to_host)  # the same bucket, other rows: a new call's own answer
     np.testing.assert_array_equal(four, kept)
     np.testing.assert_allclose(four, runtime.infer(x[:4]).get(), rtol=0, atol=1e-3)
-    many = cp.asarray(np.concatenate([batch] * 5))
+    many = upload(cp, np.concatenate([batch] * 5))
     assert len(runtime.chunks_for(len(many))) > 1
     got = runtime.infer_many([many], then=to_host)
     assert seen[-1] not in {bucket.y.data.ptr for bucket in runtime._buckets}
@@ -130,9 +138,9 @@ def test_then_reads_one_bucket_run_in_place_and_several_through_a_copy(cp, runti
 
 
 def test_a_batch_beyond_the_largest_bucket_runs_in_chunks(cp, runtime, batch):
-    x = cp.asarray(np.concatenate([batch] * 5))  # 20 images, largest bucket 16
+    x = upload(cp, np.concatenate([batch] * 5))  # 20 images, largest bucket 16
     got = runtime.infer(x).get()
-    single = runtime.infer(cp.asarray(batch)).get()
+    single = runtime.infer(upload(cp, batch)).get()
     np.testing.assert_allclose(got[16:20], single, rtol=0, atol=1e-3)
 
 
