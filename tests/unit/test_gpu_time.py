@@ -40,6 +40,8 @@ def test_instance_models_option() -> None:
 
     assert models_of(argparse.Namespace(instance_models="classify")) == ["classify"]
     assert models_of(argparse.Namespace(instance_models="classify_fused, classify")) == ["classify", "classify_fused"]
+    assert models_of(argparse.Namespace(instance_models="")) == ["classify", "classify_fused"]
+    assert models_of(argparse.Namespace(instance_models="prep_sink,classify")) == ["classify", "prep_sink"]
     with pytest.raises(ValueError, match="unknown model"):
         models_of(argparse.Namespace(instance_models="classifier"))
 

@@ -97,7 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--instance-models",
         default="classify,classify_fused",
-        help="instances phase: the models measured on each combination (comma list of classify, classify_fused)",
+        help="instances phase: the models measured on each combination (comma list of classify, classify_fused, "
+        "prep_sink)",
     )
     parser.add_argument(
         "--classifier-batching",

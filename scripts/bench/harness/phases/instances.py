@@ -11,7 +11,8 @@ GPU's network, as shipped, or running their networks side by side) and of ``--cl
 or ``batch_buckets=shipped,1+64`` where a value holds commas; ``classify_fused`` takes it as ``network.KEY``
 where it declares that; ``MODEL:KEY=...`` names another model's, e.g.
 ``preprocess:mps_active_thread_percentage=shipped,40``), and measures ``classify`` and ``classify_fused``
-(``--instance-models``) at 8 images/request (c=64), 32 (c=16) and one image at c=16 and c=1 on each. The
+(``--instance-models``; ``prep_sink``, the preprocessing alone, where named) at 8 images/request (c=64), 32 (c=16)
+and one image at c=16 and c=1 on each. The
 report ranks the combinations per model by throughput, with each one's c=1 p50, peak memory and launch to ready.
 """
 
@@ -33,10 +34,16 @@ log = logging.getLogger("harness")
 #: (images per request, concurrencies) measured on each combination: throughput at 8 and 32 images/request; one
 #: image at c=16, where the network's batches hold 7-63 images (what a bucket set pads), and at c=1 (latency)
 INSTANCE_POINTS = [(8, [64]), (32, [16]), (1, [16]), (1, [1])]
-MODELS = ("classify", "classify_fused")
+MODELS = ("classify", "classify_fused", "prep_sink")
+#: the models measured where ``--instance-models`` names none
+DEFAULT_MODELS = ("classify", "classify_fused")
 _SHORT = {"preprocess": "p", "classifier": "c", "postprocess": "pp", "classify_fused": "f"}
 #: the models each measured model runs: a parameter changed in any of them labels its rows
-RUNS = {"classify": ("classify", "preprocess", "classifier"), "classify_fused": ("classify_fused",)}
+RUNS = {
+    "classify": ("classify", "preprocess", "classifier"),
+    "classify_fused": ("classify_fused",),
+    "prep_sink": ("prep_sink", "preprocess"),
+}
 
 
 def changes(model: str, changed: list[str]) -> bool:
@@ -45,8 +52,9 @@ def changes(model: str, changed: list[str]) -> bool:
 
 
 def models_of(args: argparse.Namespace) -> list[str]:
-    """The models ``--instance-models`` names (default: both), in :data:`MODELS` order."""
-    wanted = {m.strip() for m in (getattr(args, "instance_models", "") or ",".join(MODELS)).split(",") if m.strip()}
+    """The models ``--instance-models`` names (default: :data:`DEFAULT_MODELS`), in :data:`MODELS` order."""
+    given = getattr(args, "instance_models", "") or ",".join(DEFAULT_MODELS)
+    wanted = {m.strip() for m in given.split(",") if m.strip()}
     unknown = sorted(wanted - set(MODELS))
     if unknown:
         raise ValueError(f"--instance-models: unknown model(s) {unknown}; known: {', '.join(MODELS)}")
@@ -148,7 +156,7 @@ def plan(args: argparse.Namespace) -> list[tuple[dict[str, int], int | None, str
 
 
 def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
-    """One server per combination; classify and classify_fused at each point on it."""
+    """One server per combination; each measured model at each point on it."""
     combos = plan(args)
     if args.mps_threads and setting.mps != "on":
         log.warning("--mps-threads sets %s, which only an MPS client reads; this setting is %s", MPS_THREADS_ENV,
@@ -168,7 +176,9 @@ def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
             + (", networks side by side" if turns == "off" else "")
         )
         env = {MPS_THREADS_ENV: str(percentage)} if percentage is not None else None
-        repo = make_repo(run.work / f"repo-{tag}", with_classify=True, with_sinks=False, counts=counts)
+        repo = make_repo(
+            run.work / f"repo-{tag}", with_classify=True, with_sinks="prep_sink" in models_of(args), counts=counts
+        )
         if batching == "none":
             without_preferred_batch_sizes(repo / "classifier")
         if turns == "off":
