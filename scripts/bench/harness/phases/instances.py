@@ -11,8 +11,9 @@ GPU's network, as shipped, or running their networks side by side) and of ``--cl
 or ``batch_buckets=shipped,1+64`` where a value holds commas; ``classify_fused`` takes it as ``network.KEY``
 where it declares that; ``MODEL:KEY=...`` names another model's, e.g.
 ``preprocess:mps_active_thread_percentage=shipped,40``), and measures ``classify`` and ``classify_fused``
-(``--instance-models``; ``prep_sink``, the preprocessing alone, where named) at 8 images/request (c=64), 32 (c=16)
-and one image at c=16 and c=1 on each. The
+(``--instance-models``; ``prep_sink``, the preprocessing alone, where named: the copy then carries the sinks, and at
+8 images/request c=64 an H100 refused some of either's requests, "Exceeds maximum queue size") at 8 images/request
+(c=64), 32 (c=16) and one image at c=16 and c=1 on each. The
 report ranks the combinations per model by throughput, with each one's c=1 p50, peak memory and launch to ready.
 """
 
