@@ -46,6 +46,18 @@ def test_instance_models_option() -> None:
         models_of(argparse.Namespace(instance_models="classifier"))
 
 
+def test_instances_repo_holds_prep_sink_only_where_measured(tmp_path) -> None:
+    import argparse
+
+    from scripts.bench.harness.phases.instances import instances_repo
+
+    plain = instances_repo(tmp_path / "plain", argparse.Namespace(instance_models=""), {})
+    assert (plain / "classify").is_dir() and not (plain / "prep_sink").exists() and not (plain / "sink").exists()
+    both = instances_repo(tmp_path / "both", argparse.Namespace(instance_models="classify,prep_sink"), {})
+    assert (both / "prep_sink").is_dir() and (both / "sink").is_dir() and (both / "classify").is_dir()
+    assert not (both / "null_prep").exists() and not (both / "null_sink").exists()
+
+
 def _stats(executes: int, images: int, infer_ns: int) -> dict:
     """Triton's statistics of a model whose executes all had batch size 100 (batch_stats count executes)."""
     zero = {"count": executes, "ns": 0}

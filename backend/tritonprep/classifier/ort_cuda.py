@@ -19,9 +19,9 @@ gets a session of its own that only ever sees that one shape:
 
 All work is ordered on one CUDA stream of the instance (``user_compute_stream``), which CuPy's copies
 use too. ORT is told not to synchronize it at the end of a run (run option
-``disable_synchronize_execution_providers``): :meth:`OrtCudaRuntime.infer_many` waits once, after the
-bucket runs, the copy out and whatever the caller enqueues after them (``then``: the top-k kernel and its
-copy to the host), instead of once per step.
+``disable_synchronize_execution_providers``): :meth:`OrtCudaRuntime.infer_many` waits once, after the bucket
+runs, the copy out (none where ``then`` reads one bucket run in place) and whatever the caller enqueues after
+them (``then``: the top-k kernel and its copy to the host), instead of once per step.
 
 How sessions are made (the CUDA EP options behind memory and start time, arena caps from the instance's
 ``gpu_memory_mb``, the built-in CUDA EP's lookup, the optimized models kept between starts) is :mod:`.ort_options`.

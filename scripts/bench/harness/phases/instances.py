@@ -11,9 +11,11 @@ GPU's network, as shipped, or running their networks side by side) and of ``--cl
 or ``batch_buckets=shipped,1+64`` where a value holds commas; ``classify_fused`` takes it as ``network.KEY``
 where it declares that; ``MODEL:KEY=...`` names another model's, e.g.
 ``preprocess:mps_active_thread_percentage=shipped,40``), and measures ``classify`` and ``classify_fused``
-(``--instance-models``; ``prep_sink``, the preprocessing alone, where named: the copy then carries the sinks, and at
-8 images/request c=64 an H100 refused some of either's requests, "Exceeds maximum queue size") at 8 images/request
-(c=64), 32 (c=16) and one image at c=16 and c=1 on each. The
+(``--instance-models``; ``prep_sink``, the preprocessing alone, where named) at 8 images/request (c=64), 32 (c=16)
+and one image at c=16 and c=1 on each. With ``prep_sink`` the copy also holds it and its ``sink`` (2 instances),
+so the other models' memory and start are not those of a run without it (on an H100, 8 images/request at c=64
+was refused, "Exceeds maximum queue size", for ``prep_sink`` on every server and for ``classify`` on 3 of 4, while
+the copy also held the ``null_prep`` sink's instances); a point refused has no row. The
 report ranks the combinations per model by throughput, with each one's c=1 p50, peak memory and launch to ready.
 """
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 from pathlib import Path
 
 from tritonprep.cuda import MPS_THREADS_ENV
@@ -156,6 +159,16 @@ def plan(args: argparse.Namespace) -> list[tuple[dict[str, int], int | None, str
     ]
 
 
+def instances_repo(dest: Path, args: argparse.Namespace, counts: dict[str, int]) -> Path:
+    """The benchmark copy for one combination: the classify models with ``counts``, and ``prep_sink`` with its
+    ``sink`` where ``--instance-models`` names it (not the Python backend's ceiling, ``null_prep``: GPU instances of
+    its own)."""
+    repo = make_repo(dest, with_classify=True, with_sinks="prep_sink" in models_of(args), counts=counts)
+    for unused in ("null_sink", "null_prep"):
+        shutil.rmtree(repo / unused, ignore_errors=True)
+    return repo
+
+
 def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
     """One server per combination; each measured model at each point on it."""
     combos = plan(args)
@@ -177,9 +190,7 @@ def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
             + (", networks side by side" if turns == "off" else "")
         )
         env = {MPS_THREADS_ENV: str(percentage)} if percentage is not None else None
-        repo = make_repo(
-            run.work / f"repo-{tag}", with_classify=True, with_sinks="prep_sink" in models_of(args), counts=counts
-        )
+        repo = instances_repo(run.work / f"repo-{tag}", args, counts)
         if batching == "none":
             without_preferred_batch_sizes(repo / "classifier")
         if turns == "off":
