@@ -155,6 +155,30 @@ def test_classifier_parameter_axis_serves_one_copy_per_value() -> None:
     assert parameter_axis(decoder) == ("preprocess:hw_decoder", ["shipped", "false"])
 
 
+def test_classifier_parameters_joined_by_semicolons_vary_together(tmp_path) -> None:
+    import argparse
+    import shutil
+
+    from scripts.bench.harness.phases.instances import parameter_axis, set_parameter
+    from tritonprep_testkit.servers import REPO
+
+    both = "preprocess:hw_decoders=shipped,2,2; preprocess:hw_decoder_prealloc=shipped,shipped,1024+768+32"
+    keys, values = parameter_axis(argparse.Namespace(classifier_parameter=both))
+    assert keys == "preprocess:hw_decoders;preprocess:hw_decoder_prealloc"
+    assert values == ["shipped", "2;shipped", "2;1024,768,32"]
+    with pytest.raises(ValueError, match="as many values each"):
+        parameter_axis(argparse.Namespace(classifier_parameter="preprocess:hw_decoders=shipped,2;fuse_conv_bias=true"))
+    with pytest.raises(ValueError, match="declares no parameter 'fuse_conv_bais'"):
+        parameter_axis(argparse.Namespace(classifier_parameter="fuse_conv_bias=true;fuse_conv_bais=true"))
+    shutil.copytree(REPO / "model_repository" / "preprocess", tmp_path / "preprocess", symlinks=True)
+    assert set_parameter(tmp_path, keys, values[1]) == ["preprocess"]  # hw_decoders only: the other stays shipped
+    prep = (tmp_path / "preprocess" / "configs" / "gpu.pbtxt").read_text()
+    assert 'key: "hw_decoders" value: { string_value: "2" }' in prep and 'key: "hw_decoder_prealloc"' not in prep
+    assert set_parameter(tmp_path, keys, values[2]) == ["preprocess"]
+    prep = (tmp_path / "preprocess" / "configs" / "gpu.pbtxt").read_text()
+    assert 'key: "hw_decoder_prealloc" value: { string_value: "1024,768,32" }' in prep
+
+
 def test_classifier_parameter_reaches_classify_fused_network_too(tmp_path) -> None:
     import shutil
 

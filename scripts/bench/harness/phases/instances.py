@@ -107,11 +107,23 @@ def parameter_axis(args: argparse.Namespace) -> tuple[str, list[str]]:
     """``(key, values)`` of ``--classifier-parameter KEY=V1,V2`` (``shipped``: the config's own value; a value's own
     commas are written ``+``: ``batch_buckets=shipped,1+64``; ``preprocess:KEY`` may be any preprocess parameter,
     one its config leaves at the default included); ``("", ["shipped"])`` without it; :class:`ValueError` for a
-    malformed one."""
+    malformed one. Several ``KEY=...`` joined by ``;`` vary together, value by value (lists of one length): the key
+    and each value are then ``;``-joined, and a value of ``shipped`` for every key is ``shipped``."""
     given = (getattr(args, "classifier_parameter", "") or "").strip()
     if not given:
         return "", ["shipped"]
-    key, sep, values = given.partition("=")
+    axes = [_one_parameter(part.strip(), given) for part in given.split(";") if part.strip()]
+    if len({len(items) for _, items in axes}) > 1:
+        raise ValueError(f"--classifier-parameter: the keys joined by ';' need as many values each, got {given!r}")
+    if len(axes) == 1:
+        return axes[0]
+    values = [";".join(v) if any(x != "shipped" for x in v) else "shipped" for v in zip(*(i for _, i in axes))]
+    return ";".join(key for key, _ in axes), values
+
+
+def _one_parameter(part: str, given: str) -> tuple[str, list[str]]:
+    """``(key, values)`` of one ``KEY=V1,V2`` of ``--classifier-parameter``, checked against the configs."""
+    key, sep, values = part.partition("=")
     items = [v.strip().replace("+", ",") for v in values.split(",") if v.strip()]
     if not sep or not key.strip() or not items:
         raise ValueError(f"--classifier-parameter: expected KEY=VALUE,VALUE (e.g. fuse_conv_bias=shipped,true), got "
@@ -131,7 +143,14 @@ def known_default(model: str, key: str) -> bool:
 
 def set_parameter(repo: Path, key: str, value: str) -> list[str]:
     """``key`` = ``value`` in the copy's classifier, and as ``network.<key>`` in its ``classify_fused`` where that
-    declares it (the same network); ``MODEL:KEY`` in that model only; the models changed."""
+    declares it (the same network); ``MODEL:KEY`` in that model only; ``;``-joined keys and values (see
+    :func:`parameter_axis`) each, but those ``shipped``; the models changed."""
+    if ";" in key:
+        changed: list[str] = []
+        for one_key, one_value in zip(key.split(";"), value.split(";")):
+            if one_value != "shipped":
+                changed += [m for m in set_parameter(repo, one_key, one_value) if m not in changed]
+        return changed
     model, _, key = key.rpartition(":")
     if model:
         with_parameter(repo / model, key, value, add=known_default(model, key))
@@ -182,7 +201,7 @@ def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
             tag_of(counts, percentage)
             + ("-nopref" if batching == "none" else "")
             + ("-noturns" if turns == "off" else "")
-            + (f"-{key.replace(':', '-')}-{value.replace(',', '+')}" if value != "shipped" else "")
+            + (f"-{key.replace(':', '-')}-{value.replace(',', '+')}".replace(";", "_") if value != "shipped" else "")
         )
         label = (
             label_of(counts, percentage)
