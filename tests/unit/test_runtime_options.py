@@ -90,3 +90,13 @@ def test_a_model_file_onnx_runtime_cannot_read_is_named_not_the_gpu_install(tmp_
     assert str(bad) in str(err) and "make model" in str(err) and GPU_INSTALL_HINT not in str(err)
     err = session_error(bad, ["RuntimeException: libcudnn.so.9: cannot open shared object file"], "cuDNN missing")
     assert GPU_INSTALL_HINT in str(err) and "cuDNN missing" in str(err)
+
+
+def test_run_options_leave_the_stream_to_the_runtime_and_name_the_default_graph():
+    ort = pytest.importorskip("onnxruntime")
+    from tritonprep.classifier.ort_options import run_options
+
+    options = run_options(ort)
+    assert options.get_run_config_entry("disable_synchronize_execution_providers") == "1"
+    # ONNX Runtime's Python run_with_iobinding reads this on every run: a missing entry raises inside the lookup
+    assert options.get_run_config_entry("gpu_graph_id") == "0"

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import io
 import logging
 import threading
 import time
@@ -48,7 +47,15 @@ from ..cache import use_for_cupy
 from ..cuda import cuda_fault_guard, import_cupy, note_if_sticky
 from ..errors import ConfigError, RuntimeUnavailable
 from .bucket_plan import BucketPlan, measure
-from .ort_options import CudaEpOptions, OptimizedModels, batch_dim_name, quiet_provider_lookup, session_caps_mb
+from .ort_options import (
+    CudaEpOptions,
+    OptimizedModels,
+    batch_dim_name,
+    preload,
+    quiet_provider_lookup,
+    run_options,
+    session_caps_mb,
+)
 from .rows import copy_rows
 
 log = logging.getLogger(__name__)
@@ -77,21 +84,6 @@ def import_onnxruntime() -> Any:
 def cuda_provider_available(ort: Any) -> bool:
     """Whether this ONNX Runtime build has the CUDA EP (its libraries may still be missing: see :func:`preload`)."""
     return "CUDAExecutionProvider" in ort.get_available_providers()
-
-
-def preload(ort: Any) -> str:
-    """Load the CUDA and cuDNN libraries of the pip wheels (``nvidia-*``) before the first CUDA session.
-
-    ``onnxruntime-gpu``'s CUDA provider library has no RUNPATH: without this (or ``LD_LIBRARY_PATH``) the
-    wheels' libraries are not found. Returns what it reported (it prints failures instead of raising).
-    """
-    preload_dlls = getattr(ort, "preload_dlls", None)
-    if preload_dlls is None:  # ORT < 1.21: the libraries must be on the loader's path
-        return ""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        preload_dlls()
-    return out.getvalue().strip()
 
 
 def _numel(dims: Sequence[int]) -> int:
@@ -228,10 +220,7 @@ class OrtCudaRuntime:
             self._warm_thread = threading.get_ident()
             self._warned_thread = False
             #: a bucket's run under :meth:`infer_many`: ORT leaves the stream to it (one wait per call, not per run)
-            self.run_options = ort.RunOptions()
-            self.run_options.add_run_config_entry("disable_synchronize_execution_providers", "1")
-            # the default graph, named: run_with_iobinding looks it up per run, and a missing entry raises (~0.1 ms)
-            self.run_options.add_run_config_entry("gpu_graph_id", "0")
+            self.run_options = run_options(ort)
             self._warm_up()
         except BaseException:  # the caller never gets this runtime: release what it made here
             self.close()
