@@ -115,13 +115,18 @@ def call_for(path: str, executor: Any, runtime: Any, top_k: Any, ready: Any) -> 
     return {"waits": waits, "one_wait": one_wait, "executor": alone, "network_b1": network_b1}[path]
 
 
+def warm(call: Callable[[bytes], dict[str, float]], images: list[bytes]) -> None:
+    """:data:`WARMUP_CALLS` untimed calls, the images in turn."""
+    for i in range(WARMUP_CALLS):
+        call(images[i % len(images)])
+
+
 def measure(
     call: Callable[[bytes], dict[str, float]], images: list[bytes], calls: int, gap_s: float, spin: bool = False
 ) -> dict:
     """``calls`` timed calls (after :data:`WARMUP_CALLS`), ``gap_s`` asleep (``spin``: busy on the CPU) before each:
     ms per call and per step."""
-    for i in range(WARMUP_CALLS):
-        call(images[i % len(images)])
+    warm(call, images)
     totals: list[float] = []
     steps: dict[str, list[float]] = {}
     for i in range(calls):
@@ -153,8 +158,7 @@ def profile(calls: dict[str, Callable[[bytes], dict[str, float]]], images: list[
 
     text = io.StringIO()
     for path, call in calls.items():
-        for i in range(WARMUP_CALLS):
-            call(images[i % len(images)])
+        warm(call, images)
         prof = cProfile.Profile()
         for i in range(n):
             time.sleep(gap_s)

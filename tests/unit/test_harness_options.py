@@ -221,7 +221,9 @@ def test_a_repository_with_instance_counts_per_model(tmp_path):
     sources = {p: p.read_text() for p in repos.SOURCE.glob("*/config*.pbtxt")}
     sources |= {p: p.read_text() for p in repos.SOURCE.glob("*/configs/*.pbtxt")}
     counts = {"preprocess": 2, "classifier": 3, "postprocess": 4, "classify_fused": 1}
-    repo = repos.make_repo(tmp_path / "repo", with_classify=True, with_sinks=False, counts=counts)
+    repo = repos.make_repo(tmp_path / "repo", with_classify=True, sinks=(), counts=counts)
+    with pytest.raises(ValueError, match="not among"):
+        repos.make_repo(tmp_path / "bad", sinks=("prep_sink", "nul_sink"))
     assert sorted(p.name for p in repo.iterdir()) == ["classifier", "classify", "classify_fused", "postprocess",
                                                        "preprocess"]  # fmt: skip
     assert repos.repo_counts(repo) == counts

@@ -21,6 +21,8 @@ SOURCE = REPO / "model_repository"
 SHIPPED_GPU_CONFIG = SOURCE / "preprocess" / "configs" / "gpu.pbtxt"
 CLASSIFY_MODELS = ("classifier", "postprocess", "classify", "classify_fused")
 SINK_MODELS = ("sink", "prep_sink", "null_prep", "null_sink")
+#: the preprocessing into the sink alone, without the Python backend's ceiling (``null_prep``'s GPU instances)
+PREP_SINK_MODELS = ("sink", "prep_sink")
 _INSTANCE_GROUP = re.compile(r"instance_group \[.*?\]", re.S)
 
 
@@ -109,18 +111,21 @@ def make_repo(
     hw_decoders: int | None = None,
     cpu_threads: int = 0,
     with_classify: bool = False,
-    with_sinks: bool = True,
+    sinks: tuple[str, ...] = SINK_MODELS,
     counts: dict[str, int] | None = None,
 ) -> Path:
-    """A repository with preprocess (the shipped GPU config, overridden where asked), and the sinks (``null_prep``
-    with preprocess's instances and queue delay) and the classify models where asked; ``counts`` sets the instance
-    counts of models by name (``preprocess``, ``classifier``, ``postprocess``, ``classify_fused``)."""
+    """A repository with preprocess (the shipped GPU config, overridden where asked), the ``sinks`` (some of
+    :data:`SINK_MODELS`; ``null_prep`` with preprocess's instances and queue delay) and the classify models where
+    asked; ``counts`` sets the instance counts of models by name (``preprocess``, ``classifier``, ``postprocess``,
+    ``classify_fused``)."""
     counts = dict(counts or {})
     if "preprocess" in counts:
         instances = counts.pop("preprocess") if instances is None else instances
     unknown = sorted(set(counts) - set(CLASSIFY_MODELS))
     if unknown or (counts and not with_classify):
         raise ValueError(f"instance counts for {unknown or sorted(counts)}: not classify models of this repository")
+    if set(sinks) - set(SINK_MODELS):
+        raise ValueError(f"sinks {sorted(set(sinks) - set(SINK_MODELS))}: not among {', '.join(SINK_MODELS)}")
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
     shutil.copytree(SOURCE / "preprocess", dest / "preprocess", ignore=shutil.ignore_patterns("configs", "__pycache__"))
@@ -138,17 +143,19 @@ def make_repo(
         text = _param(text, "cpu_threads", str(cpu_threads))
     (dest / "preprocess" / "config.pbtxt").write_text(text)
     decode_once.open_queues(dest / "preprocess")
-    if with_sinks:
-        for model in SINK_MODELS:
-            shutil.copytree(HERE / "models" / model, dest / model)
-        null_cfg = dest / "null_prep" / "config.pbtxt"
+    for model in sinks:
+        shutil.copytree(HERE / "models" / model, dest / model)
+    null_cfg = dest / "null_prep" / "config.pbtxt"
+    if "null_prep" in sinks:
         null = with_instances(null_cfg.read_text(), count, "KIND_GPU")
         null_cfg.write_text(_set(null, r"max_queue_delay_microseconds: \d+", f"max_queue_delay_microseconds: {delay}"))
-        sink_cfg = dest / "sink" / "config.pbtxt"
+    sink_cfg = dest / "sink" / "config.pbtxt"
+    if "sink" in sinks:
         sink_cfg.write_text(with_instances(sink_cfg.read_text(), 2, kind))
-        # PIXELS as preprocess makes it (FP16 in the GPU config): the sink reads it, null_prep stands in for it
-        pixels = re.search(r'name: "PIXELS"\s*data_type: (TYPE_\w+)', text)
-        for cfg in (sink_cfg, null_cfg):
+    # PIXELS as preprocess makes it (FP16 in the GPU config): the sink reads it, null_prep stands in for it
+    pixels = re.search(r'name: "PIXELS"\s*data_type: (TYPE_\w+)', text)
+    for cfg in (sink_cfg, null_cfg):
+        if cfg.is_file():
             cfg.write_text(
                 cfg.read_text().replace(
                     "data_type: TYPE_FP32 dims: [ 3, 224, 224 ]", f"data_type: {pixels[1]} dims: [ 3, 224, 224 ]"

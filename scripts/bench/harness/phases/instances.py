@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import shutil
 from pathlib import Path
 
 from tritonprep.cuda import MPS_THREADS_ENV
 from tritonprep.spec.table import TABLE as PREPROCESS_TABLE
 
-from ..repos import SOURCE, make_repo, with_parameter, without_preferred_batch_sizes
+from ..repos import PREP_SINK_MODELS, SOURCE, make_repo, with_parameter, without_preferred_batch_sizes
 from ..run import Run
 from ..settings import Setting, instance_grid, instances_label, parse_instances, parse_percentages
 
@@ -182,10 +181,8 @@ def instances_repo(dest: Path, args: argparse.Namespace, counts: dict[str, int])
     """The benchmark copy for one combination: the classify models with ``counts``, and ``prep_sink`` with its
     ``sink`` where ``--instance-models`` names it (not the Python backend's ceiling, ``null_prep``: GPU instances of
     its own)."""
-    repo = make_repo(dest, with_classify=True, with_sinks="prep_sink" in models_of(args), counts=counts)
-    for unused in ("null_sink", "null_prep"):
-        shutil.rmtree(repo / unused, ignore_errors=True)
-    return repo
+    sinks = PREP_SINK_MODELS if "prep_sink" in models_of(args) else ()
+    return make_repo(dest, with_classify=True, sinks=sinks, counts=counts)
 
 
 def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
