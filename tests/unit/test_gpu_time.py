@@ -42,6 +42,7 @@ def test_instance_models_option() -> None:
     assert models_of(argparse.Namespace(instance_models="classify_fused, classify")) == ["classify", "classify_fused"]
     assert models_of(argparse.Namespace(instance_models="")) == ["classify", "classify_fused"]
     assert models_of(argparse.Namespace(instance_models="prep_sink,classify")) == ["classify", "prep_sink"]
+    assert models_of(argparse.Namespace(instance_models="null_classify,classify")) == ["classify", "null_classify"]
     with pytest.raises(ValueError, match="unknown model"):
         models_of(argparse.Namespace(instance_models="classifier"))
 
@@ -56,6 +57,8 @@ def test_instances_repo_holds_prep_sink_only_where_measured(tmp_path) -> None:
     both = instances_repo(tmp_path / "both", argparse.Namespace(instance_models="classify,prep_sink"), {})
     assert (both / "prep_sink").is_dir() and (both / "sink").is_dir() and (both / "classify").is_dir()
     assert not (both / "null_prep").exists() and not (both / "null_sink").exists()
+    null = instances_repo(tmp_path / "null", argparse.Namespace(instance_models="null_classify"), {})
+    assert (null / "null_classify").is_dir() and (null / "null_prep").is_dir() and not (null / "prep_sink").exists()
 
 
 def _stats(executes: int, images: int, infer_ns: int) -> dict:

@@ -237,6 +237,34 @@ def test_a_repository_with_instance_counts_per_model(tmp_path):
     assert all(p.read_text() == text for p, text in sources.items()), "the source repository was written"
 
 
+def test_null_classify_feeds_the_classifier_what_null_prep_makes(tmp_path):
+    """The ensemble parses as Triton parses it, wires null_prep's PIXELS into the classifier's input with the type the
+    classifier's GPU config reads, and answers the classify ensemble's outputs; without null_prep or the classify
+    models it is refused."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    repo = repos.make_repo(tmp_path / "repo", with_classify=True, sinks=repos.NULL_CLASSIFY_MODELS)
+    assert sorted(p.name for p in repo.iterdir()) == ["classifier", "classify", "classify_fused", "null_classify",
+                                                       "null_prep", "postprocess", "preprocess"]  # fmt: skip
+
+    def parse(path: Path) -> model_config_pb2.ModelConfig:
+        return text_format.Parse(path.read_text(), model_config_pb2.ModelConfig())
+
+    null, classify = parse(repo / "null_classify" / "config.pbtxt"), parse(repo / "classify" / "config.pbtxt")
+    steps = null.ensemble_scheduling.step
+    assert [s.model_name for s in steps] == ["null_prep", "classifier"]
+    assert steps[1].input_map["input"] == steps[0].output_map["PIXELS"]
+    assert [(o.name, o.data_type) for o in null.output] == [(o.name, o.data_type) for o in classify.output]
+    assert dict(steps[1].output_map) == dict(classify.ensemble_scheduling.step[1].output_map)
+    made = parse(repo / "null_prep" / "config.pbtxt").output[0].data_type
+    read = parse(repo / "classifier" / "configs" / "gpu.pbtxt").input[0].data_type
+    assert made == read == model_config_pb2.DataType.Value("TYPE_FP16")
+    for sinks, with_classify in ((("null_classify",), True), (repos.NULL_CLASSIFY_MODELS, False)):
+        with pytest.raises(ValueError, match="null_classify"):
+            repos.make_repo(tmp_path / "bad", with_classify=with_classify, sinks=sinks)
+
+
 def test_counts_for_models_the_repository_lacks_are_refused(tmp_path):
     with pytest.raises(ValueError, match="classifier"):
         repos.make_repo(tmp_path / "repo", counts={"classifier": 2})

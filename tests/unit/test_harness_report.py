@@ -161,6 +161,15 @@ def test_the_settings_side_by_side():
     assert table["classify c=1 p50"] == ["3.00 ms", "3.20 ms", "0.94x"]
     assert table["classify server: peak GPU MiB over the baseline"] == ["9,000", "12,000", "0.75x"]
     assert table["classify_fused, 8 img/request, c=64"] == ["-", "-", "-"]
+    assert table["classify 8/c=64 / null_classify 8/c=64"] == ["-", "-", "-"]
+    rows += [triton_row("mps on", "null_classify", 8, 64, 9_500), triton_row("mps on", "null_classify", 32, 8, 12_000),
+             triton_row("mps on", "null_classify", 32, 16, 10_000)]  # fmt: skip
+    table = {ln.split(" | ")[0].lstrip("| "): ln.strip("| ").split(" | ")[1:]
+             for ln in sections.side_by_side(rows, summary) if ln.startswith("| ")}  # fmt: skip
+    assert table["null_classify (no preprocessing work) 8/c=64 / classifier alone b64"][:2] == ["0.95x", "-"]
+    assert table["classify 8/c=64 / null_classify 8/c=64"][:2] == [f"{9_000 / 9_500:.2f}x", "-"]
+    assert table["null_classify 32 (best c) / classifier alone b64"][0] == "1.20x"  # c=8, its best
+    assert table["classify 32 / null_classify 32 (best c each)"][0] == f"{9_500 / 12_000:.2f}x"
     assert any(ln.startswith("- classify c=1 per step (mps on): preprocess: queue 0.1 ms") for ln in lines)
     assert sections.side_by_side([triton_row("default", "classify", 8, 64, 1.0)], {}) == []  # one default setting
 

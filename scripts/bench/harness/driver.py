@@ -40,7 +40,7 @@ SKIPPABLE = {
     "classifier": "classify: the classifier alone",
     "torch": "classify: the PyTorch ceiling",
     "load": "startstop: the load on the first start",
-    "null": "tune: the null_sink ceiling beside each configuration",
+    "null": "tune: the null_sink ceiling beside each configuration; classify: null_classify (no preprocessing work)",
     "servers": "every phase: the served part (only the one-process parts run)",
 }
 

@@ -2,7 +2,8 @@
 
 Every copy has ``preprocess`` (the shipped GPU config, its instances, queue delay and decoders
 overridable) and, where asked, the sinks (``sink``, ``null_prep`` and the ``prep_sink`` / ``null_sink``
-ensembles) and the classify models (``classifier``, ``postprocess``, ``classify``, ``classify_fused``).
+ensembles), the classify models (``classifier``, ``postprocess``, ``classify``, ``classify_fused``) and
+``null_classify`` (``null_prep`` into the classifier: classify without the preprocessing's work).
 Queues are opened up (capacity, not overload protection, is measured), and instance counts can be set
 per model in every config a server may pick (``config.pbtxt`` and ``configs/*.pbtxt``).
 """
@@ -23,6 +24,10 @@ CLASSIFY_MODELS = ("classifier", "postprocess", "classify", "classify_fused")
 SINK_MODELS = ("sink", "prep_sink", "null_prep", "null_sink")
 #: the preprocessing into the sink alone, without the Python backend's ceiling (``null_prep``'s GPU instances)
 PREP_SINK_MODELS = ("sink", "prep_sink")
+#: classify with a preprocessing that does no work (``null_prep`` into the classifier; needs the classify models)
+NULL_CLASSIFY_MODELS = ("null_prep", "null_classify")
+#: every benchmark model a copy may hold besides preprocess and the classify models
+BENCH_MODELS = (*SINK_MODELS, "null_classify")
 _INSTANCE_GROUP = re.compile(r"instance_group \[.*?\]", re.S)
 
 
@@ -115,17 +120,19 @@ def make_repo(
     counts: dict[str, int] | None = None,
 ) -> Path:
     """A repository with preprocess (the shipped GPU config, overridden where asked), the ``sinks`` (some of
-    :data:`SINK_MODELS`; ``null_prep`` with preprocess's instances and queue delay) and the classify models where
-    asked; ``counts`` sets the instance counts of models by name (``preprocess``, ``classifier``, ``postprocess``,
-    ``classify_fused``)."""
+    :data:`BENCH_MODELS`; ``null_prep`` with preprocess's instances and queue delay; ``null_classify`` with
+    ``null_prep`` and the classify models) and the classify models where asked; ``counts`` sets the instance
+    counts of models by name (``preprocess``, ``classifier``, ``postprocess``, ``classify_fused``)."""
     counts = dict(counts or {})
     if "preprocess" in counts:
         instances = counts.pop("preprocess") if instances is None else instances
     unknown = sorted(set(counts) - set(CLASSIFY_MODELS))
     if unknown or (counts and not with_classify):
         raise ValueError(f"instance counts for {unknown or sorted(counts)}: not classify models of this repository")
-    if set(sinks) - set(SINK_MODELS):
-        raise ValueError(f"sinks {sorted(set(sinks) - set(SINK_MODELS))}: not among {', '.join(SINK_MODELS)}")
+    if set(sinks) - set(BENCH_MODELS):
+        raise ValueError(f"sinks {sorted(set(sinks) - set(BENCH_MODELS))}: not among {', '.join(BENCH_MODELS)}")
+    if "null_classify" in sinks and ("null_prep" not in sinks or not with_classify):
+        raise ValueError("null_classify runs null_prep into the classifier: it needs null_prep and with_classify")
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
     shutil.copytree(SOURCE / "preprocess", dest / "preprocess", ignore=shutil.ignore_patterns("configs", "__pycache__"))

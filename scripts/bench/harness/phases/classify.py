@@ -4,7 +4,11 @@ Once per run (one process each): the classifier alone (ONNX Runtime CUDA EP vari
 with and without ``fuse_conv_bias``: ``scripts.bench.classifier_bench ort``), the network ceiling in PyTorch
 (``--torch-python``) and the pipeline a user would hand-roll (DALI feeding the same ONNX Runtime runtime). Per
 server setting: the ``classify`` ensemble and the one-process ``classify_fused`` side by side on one server, point
-by point, at 1, 8 and 32 images/request (``--points goals``: the points the goals read).
+by point, at 1, 8 and 32 images/request (``--points goals``: the points the goals read), and beside them
+``null_classify`` (``--skip null`` leaves it out): the same ensemble with a preprocessing that does no work
+(``null_prep``'s four GPU instances, idle while the others are measured, are in that server's memory). Against
+``classify`` it shows what the preprocessing's work beside the network costs; against the classifier alone, what
+serving the network through Triton costs.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import os
 import sys
 
 from ..external import run_json_lines
-from ..repos import HERE, make_repo
+from ..repos import HERE, NULL_CLASSIFY_MODELS, make_repo
 from ..run import Run
 from ..settings import Setting
 
@@ -40,10 +44,12 @@ def once(run: Run, args: argparse.Namespace) -> None:
 
 
 def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
-    """classify and classify_fused at every point, on one server."""
-    with run.serve("classify", make_repo(run.work / "repo-classify", with_classify=True), setting) as srv:
+    """classify, classify_fused and null_classify at every point, on one server."""
+    null = "null" not in args.skip
+    repo = make_repo(run.work / "repo-classify", with_classify=True, sinks=NULL_CLASSIFY_MODELS if null else ())
+    with run.serve("classify", repo, setting) as srv:
         run.summary["classifier_runtime"] = srv.log_lines("classifier instance", 1)
         for n, conc in GOAL_POINTS if args.points == "goals" else CLASSIFY_POINTS:
-            for model in ("classify", "classify_fused"):
+            for model in ("classify", "classify_fused", *(["null_classify"] if null else [])):
                 run.sweep(model, srv, model, [n], conc)
         run.summary["classify_log"] = srv.log_lines("classifier", 6)

@@ -11,12 +11,14 @@ GPU's network, as shipped, or running their networks side by side) and of ``--cl
 or ``batch_buckets=shipped,1+64`` where a value holds commas; ``classify_fused`` takes it as ``network.KEY``
 where it declares that; ``MODEL:KEY=...`` names another model's, e.g.
 ``preprocess:mps_active_thread_percentage=shipped,40``), and measures ``classify`` and ``classify_fused``
-(``--instance-models``; ``prep_sink``, the preprocessing alone, where named) at 8 images/request (c=64), 32 (c=16)
-and one image at c=16 and c=1 on each. With ``prep_sink`` the copy also holds it and its ``sink`` (2 instances),
-so the other models' memory and start are not those of a run without it (on an H100, 8 images/request at c=64
-was refused, "Exceeds maximum queue size", for ``prep_sink`` on every server and for ``classify`` on 3 of 4, while
-the copy also held the ``null_prep`` sink's instances); a point refused has no row. The
-report ranks the combinations per model by throughput, with each one's c=1 p50, peak memory and launch to ready.
+(``--instance-models``; ``prep_sink``, the preprocessing alone, and ``null_classify``, the classifier behind a
+preprocessing that does no work, where named) at 8 images/request (c=64), 32 (c=16) and one image at c=16 and c=1
+on each. With ``prep_sink`` the copy also holds it and its ``sink`` (2 instances), with ``null_classify`` it and
+``null_prep`` (preprocess's instance count), so the other models' memory and start are not those of a run without
+them (on an H100, 8 images/request at c=64 was refused, "Exceeds maximum queue size", for ``prep_sink`` on every
+server and for ``classify`` on 3 of 4, while the copy also held the ``null_prep`` sink's instances); a point refused
+has no row. The report ranks the combinations per model by throughput, with each one's c=1 p50, peak memory and
+launch to ready.
 """
 
 from __future__ import annotations
@@ -28,7 +30,14 @@ from pathlib import Path
 from tritonprep.cuda import MPS_THREADS_ENV
 from tritonprep.spec.table import TABLE as PREPROCESS_TABLE
 
-from ..repos import PREP_SINK_MODELS, SOURCE, make_repo, with_parameter, without_preferred_batch_sizes
+from ..repos import (
+    NULL_CLASSIFY_MODELS,
+    PREP_SINK_MODELS,
+    SOURCE,
+    make_repo,
+    with_parameter,
+    without_preferred_batch_sizes,
+)
 from ..run import Run
 from ..settings import Setting, instance_grid, instances_label, parse_instances, parse_percentages
 
@@ -37,7 +46,7 @@ log = logging.getLogger("harness")
 #: (images per request, concurrencies) measured on each combination: throughput at 8 and 32 images/request; one
 #: image at c=16, where the network's batches hold 7-63 images (what a bucket set pads), and at c=1 (latency)
 INSTANCE_POINTS = [(8, [64]), (32, [16]), (1, [16]), (1, [1])]
-MODELS = ("classify", "classify_fused", "prep_sink")
+MODELS = ("classify", "classify_fused", "prep_sink", "null_classify")
 #: the models measured where ``--instance-models`` names none
 DEFAULT_MODELS = ("classify", "classify_fused")
 _SHORT = {"preprocess": "p", "classifier": "c", "postprocess": "pp", "classify_fused": "f"}
@@ -46,6 +55,7 @@ RUNS = {
     "classify": ("classify", "preprocess", "classifier"),
     "classify_fused": ("classify_fused",),
     "prep_sink": ("prep_sink", "preprocess"),
+    "null_classify": ("null_classify", "null_prep", "classifier"),
 }
 
 
@@ -178,10 +188,12 @@ def plan(args: argparse.Namespace) -> list[tuple[dict[str, int], int | None, str
 
 
 def instances_repo(dest: Path, args: argparse.Namespace, counts: dict[str, int]) -> Path:
-    """The benchmark copy for one combination: the classify models with ``counts``, and ``prep_sink`` with its
-    ``sink`` where ``--instance-models`` names it (not the Python backend's ceiling, ``null_prep``: GPU instances of
-    its own)."""
-    sinks = PREP_SINK_MODELS if "prep_sink" in models_of(args) else ()
+    """The benchmark copy for one combination: the classify models with ``counts``, ``prep_sink`` with its ``sink``
+    and ``null_classify`` with ``null_prep`` where ``--instance-models`` names them (``null_prep``, GPU instances of
+    its own, only there)."""
+    models = models_of(args)
+    sinks = (*(PREP_SINK_MODELS if "prep_sink" in models else ()),
+             *(NULL_CLASSIFY_MODELS if "null_classify" in models else ()))  # fmt: skip
     return make_repo(dest, with_classify=True, sinks=sinks, counts=counts)
 
 
