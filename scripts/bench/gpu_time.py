@@ -8,6 +8,9 @@ One JSON row per part and configuration (``--out``):
   batch 64). Per image: the GPU time of each kernel (by name), of copies and memsets, their sum, and the
   time at least one of them was running (the union of their intervals), against the wall time. Each
   kernel's estimated occupancy and blocks per SM, as CUPTI reports them, weighted by its time.
+* ``decode``: the same for the hardware decoder alone (nvImageCodec, the shipped decoder options), once per
+  ``--color-specs`` (``SRGB``, as shipped, and e.g. ``SYCC``: the engines' YCbCr without the conversion kernel to
+  RGB), with the layout of the images it gave (shape, strides, sample format).
 * ``overlap``: the network on the main thread and the preprocessing on K threads (an executor each), each
   alone and then together for ``--seconds``; and ``pipeline``: the K preprocessing threads feeding the
   network through a queue, the whole job in one process. Under one CUDA context the kernels of the two
@@ -157,6 +160,48 @@ def kernels(torch_site: str, batches: list[list[bytes]], runs: int) -> list[dict
     return rows
 
 
+def decode_kernels(torch_site: str, batches: list[list[bytes]], runs: int, specs: list[str]) -> list[dict[str, Any]]:
+    """The ``decode`` rows: the hardware decoder's GPU work per image, traced, for each colour spec."""
+    import cupy as cp
+
+    if torch_site and torch_site not in sys.path:
+        sys.path.append(torch_site)
+    from tritonprep.decode.nvimgcodec import _decoder_options, _make_decoder, import_nvimgcodec
+    from tritonprep.spec import PreprocessConfig
+
+    nv = import_nvimgcodec()
+    options = PreprocessConfig.from_parameters(shipped_parameters()).decoding
+    decoder = _make_decoder(nv, 0, (nv.BackendKind.HW_GPU_ONLY,), _decoder_options(options)[1],
+                            options.hw_decoder_threads)  # fmt: skip
+    stream = cp.cuda.Stream(non_blocking=True)
+    rows = []
+    for spec in specs:
+        params = nv.DecodeParams(apply_exif_orientation=True, color_spec=getattr(nv.ColorSpec, spec),
+                                 allow_any_depth=False)  # fmt: skip
+        cycle = itertools.cycle(batches)
+        found: dict[str, Any] = {}
+
+        def call(params: Any = params, found: dict[str, Any] = found, cycle: Any = cycle) -> None:
+            images = decoder.decode([nv.CodeStream(b) for b in next(cycle)], params=params, cuda_stream=stream.ptr)
+            stream.synchronize()
+            first = next((img for img in images if img is not None), None)
+            if first is not None and not found:
+                cai = first.__cuda_array_interface__
+                found.update(shape=list(cai["shape"]), strides=cai.get("strides"), typestr=cai["typestr"],
+                             sample_format=str(getattr(first, "sample_format", "")),
+                             color_spec=str(getattr(first, "color_spec", "")),
+                             decoded=sum(img is not None for img in images))  # fmt: skip
+
+        try:
+            events, wall = traced(call, runs)
+        except RuntimeError as e:  # a spec this decoder refuses
+            rows.append({"part": "decode", "color_spec": spec, "error": str(e)[:300]})
+            continue
+        rows.append({"part": "decode", "color_spec": spec, "output": found,
+                     **summarize_trace(events, runs * len(batches[0]), wall)})  # fmt: skip
+    return rows
+
+
 class _Loop(threading.Thread):
     """Calls ``step()`` (which returns the images it did) until stopped; counts images done inside the window."""
 
@@ -298,7 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", default="1,2", help="preprocessing threads (an executor each), comma list")
     parser.add_argument("--seconds", type=float, default=5.0, help="each measurement window")
     parser.add_argument("--runs", type=int, default=20, help="kernels: traced calls of each stage")
-    parser.add_argument("--parts", default="kernels,overlap", help="comma list of kernels, overlap")
+    parser.add_argument("--parts", default="kernels,overlap", help="comma list of kernels, overlap, decode")
+    parser.add_argument("--color-specs", default="SRGB,SYCC", help="decode: nvImageCodec ColorSpec names, comma list")
     parser.add_argument("--torch-site", default="", help="kernels: site-packages of a CUDA PyTorch (its profiler)")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -319,6 +365,11 @@ def main(argv: list[str] | None = None) -> int:
             rows += kernels(args.torch_site, batches, args.runs)
         except ImportError as e:
             log.error("kernels: no PyTorch profiler (%s); pass --torch-site", e)
+    if "decode" in parts:
+        try:
+            rows += decode_kernels(args.torch_site, batches, args.runs, args.color_specs.split(","))
+        except ImportError as e:
+            log.error("decode: no PyTorch profiler (%s); pass --torch-site", e)
     args.out.write_text("".join(json.dumps(r) + "\n" for r in rows))
     for r in rows:
         log.info("%s", json.dumps(r)[:2000])

@@ -145,10 +145,11 @@ def test_clock_sampler_without_an_answer(tmp_path, monkeypatch):
 
 
 def test_gpus_phase_utilization_from_the_sampler(fake_dmon):
-    """The ``gpus`` phase's per-GPU utilization is the engines sampler's ``sm`` means, every GPU in index order."""
+    """The ``gpus`` phase's per-GPU utilization is the engines sampler's ``sm`` means, every GPU in index order; every
+    served row's (``busy``) is the first GPU's."""
     import time
 
-    from scripts.bench.harness.phases.gpus import Utilization
+    from scripts.bench.harness.utilization import Utilization
 
     with Utilization() as util:
         deadline = time.monotonic() + 10
@@ -157,7 +158,8 @@ def test_gpus_phase_utilization_from_the_sampler(fake_dmon):
     first, second = util.means().split(" ")
     assert first.startswith("0:") and 50 < int(first[2:]) < 95 and second == "1:0", util.means()
     assert 0 <= util.host_cpu_cores() <= (os.cpu_count() or 1)
-    assert Utilization().means() == ""  # nothing sampled
+    assert util.busy().startswith(f"sm {int(first[2:])} %"), util.busy()
+    assert Utilization().means() == "" and Utilization().busy() == ""  # nothing sampled
 
 
 def test_sampler_without_nvidia_smi(tmp_path, monkeypatch):

@@ -369,3 +369,13 @@ def test_no_nvidia_smi_reads_as_nothing(tmp_path, monkeypatch):
     assert gpu.smi_text("--query-gpu=name") == ""
     sampler = gpu.GpuSampler()
     assert sampler.take() is None and sampler.peak_mib == -1
+
+
+def test_each_row_says_what_its_measurement_kept_busy():
+    from scripts.bench.harness.report import rows_table
+
+    busy = triton_row("mps on", "classify", 8, 64, 9_000, host_cpu_cores=12.34, host_cpus=16,
+                      gpu_busy="sm 88 %, smutil 67 %")  # fmt: skip
+    line = rows_table([busy, triton_row("mps on", "classify", 8, 16, 9_000)])
+    assert line[2].endswith("; host 12.3 of 16 CPUs busy, sm 88 %, smutil 67 % |"), line[2]
+    assert line[3].endswith("compute 1.67 ms |"), line[3]  # a row of a run before the fields: as it was

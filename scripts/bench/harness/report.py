@@ -66,9 +66,16 @@ def rows_table(rows: list[dict]) -> list[str]:
             f"| {r.get('images_per_request', r.get('batch', ''))} "
             f"| {r.get('concurrency', '')} | {r['images_per_s']:,.0f} | {r.get('p50_ms', r.get('latency_ms', 0)):.2f} "
             f"| {r.get('p99_ms', 0):.2f} | {r.get('server_queue_ms', 0):.2f} | {r.get('server_compute_ms', 0):.2f} "
-            f"| {'; '.join(x for x in (r.get('composing', ''), r.get('executes', '')) if x)} |"
+            f"| {'; '.join(x for x in (r.get('composing', ''), r.get('executes', ''), _busy(r)) if x)} |"
         )
     return lines
+
+
+def _busy(row: dict) -> str:
+    """``host 12.3 of 16 CPUs busy, sm 88 %, smutil 67 %``: what the measurement kept busy, "" where not recorded."""
+    cpus = row.get("host_cpus")
+    host = f"host {row['host_cpu_cores']:.1f} of {cpus} CPUs busy" if cpus and row.get("host_cpu_cores") else ""
+    return ", ".join(x for x in (host, row.get("gpu_busy", "")) if x)
 
 
 def _decode_once(summary: dict) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -16,6 +17,7 @@ from tritonprep_testkit import photos as bench_images
 
 from . import serving
 from .settings import DEFAULT, Setting
+from .utilization import Utilization
 
 log = logging.getLogger("harness")
 
@@ -110,10 +112,15 @@ class Run:
         interval: int | None = None,
         **extra: Any,
     ) -> list[dict]:
-        """:meth:`measure`, each measurement a row (with its server's setting and ``extra``), saved."""
-        res = self.measure(srv, model, batches, conc, size, protocols, interval)
-        new = [{"kind": kind, "config": label, "size": size, **srv.setting.row_fields(), "server": srv.tag, **extra,
-                **asdict(r)} for r in res]  # fmt: skip
+        """:meth:`measure`, each measurement a row (with its server's setting and ``extra``, the host's busy CPUs and
+        the GPU's utilization meanwhile: :class:`~.utilization.Utilization`), saved."""
+        new = []
+        for protocol, n, c in ((p, n, c) for p in protocols for n in batches for c in conc):
+            with Utilization() as util:
+                res = self.measure(srv, model, [n], [c], size, (protocol,), interval)
+            new += [{"kind": kind, "config": label, "size": size, **srv.setting.row_fields(), "server": srv.tag,
+                     **extra, **asdict(r), "host_cpu_cores": util.host_cpu_cores(), "host_cpus": os.cpu_count(),
+                     "gpu_busy": util.busy()} for r in res]  # fmt: skip
         for r in new:
             log.info("%s %s %s (%s) b%d c%d: %.0f img/s p50 %.2f ms", kind, label, size, r["setting"],
                      r["images_per_request"], r["concurrency"], r["images_per_s"], r["p50_ms"])  # fmt: skip

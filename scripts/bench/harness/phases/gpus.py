@@ -20,11 +20,10 @@ import argparse
 import logging
 import os
 
-from ..engines import EngineSampler
-from ..engines import means as engine_means
 from ..repos import open_copy
 from ..run import Run
 from ..settings import Setting, parse_counts
+from ..utilization import Utilization
 
 log = logging.getLogger("harness")
 
@@ -32,46 +31,6 @@ log = logging.getLogger("harness")
 POINTS = [(m, n, c) for m in ("classify", "classify_fused", "embed") for n, c in ((8, 64), (32, 16), (1, 1))]
 #: each concurrency slot of perf_analyzer on a gRPC connection of its own (tritonclient shares one between 6)
 SPREAD_ENV = {"TRITON_CLIENT_GRPC_CHANNEL_MAX_SHARE_COUNT": "1"}
-
-
-def cpu_jiffies() -> tuple[int, int]:
-    """(busy, total) jiffies of every CPU of the host since boot (/proc/stat's first line); (0, 0) without it."""
-    try:
-        fields = [int(v) for v in open("/proc/stat").readline().split()[1:]]  # noqa: SIM115 - one line
-    except (OSError, ValueError):
-        return 0, 0
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    return sum(fields) - idle, sum(fields)
-
-
-class Utilization:
-    """Each GPU's mean utilization while the ``with`` block runs (the ``sm`` column of
-    :class:`..engines.EngineSampler`, ``nvidia-smi dmon`` every second), and how many of the host's CPUs were busy
-    meanwhile (/proc/stat)."""
-
-    def __init__(self) -> None:
-        self.sampler = EngineSampler()
-        self._cpu0 = self._cpu1 = (0, 0)
-
-    def host_cpu_cores(self) -> float:
-        """The host's busy CPUs (in cores) over the sampling: all processes, servers and load generator."""
-        busy, total = self._cpu1[0] - self._cpu0[0], self._cpu1[1] - self._cpu0[1]
-        return round(busy / total * (os.cpu_count() or 1), 1) if total > 0 else 0.0
-
-    def means(self) -> str:
-        """``0:97 1:95`` (GPU index: mean %, each GPU's first and last sample left out), "" without samples."""
-        by_gpu = engine_means(self.sampler.samples)
-        order = sorted(by_gpu, key=lambda gpu: (not gpu.isdigit(), int(gpu) if gpu.isdigit() else 0, gpu))
-        return " ".join(f"{gpu}:{by_gpu[gpu]['sm']:.0f}" for gpu in order if "sm" in by_gpu[gpu])
-
-    def __enter__(self) -> Utilization:
-        self._cpu0 = cpu_jiffies()
-        self.sampler.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.sampler.__exit__(*exc)
-        self._cpu1 = cpu_jiffies()
 
 
 def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:

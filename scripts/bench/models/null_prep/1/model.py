@@ -9,6 +9,7 @@ import cupy
 
 from tritonprep.triton.isolation import RequestIsolation, row_batched
 from tritonprep.triton.pb import model_config
+from tritonprep.triton.stub import finalize_instance
 from tritonprep.triton.tensors import bytes_input, output_tensor
 
 
@@ -36,3 +37,9 @@ class TritonPythonModel:
 
     def respond(self, outputs):
         return [output_tensor("PIXELS", outputs[0])]
+
+    def finalize(self):
+        # as the shipped models end: the stub ends itself once its GPU work is done (tritonprep.triton.stub). The
+        # interpreter's own teardown, freeing outputs the classifier opened from another process, left two of four
+        # stubs hanging until Triton's exit timeout on an H100 (2026-11-27, the classify phase's null_classify).
+        finalize_instance()
