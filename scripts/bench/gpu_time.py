@@ -170,7 +170,8 @@ def decode_kernels(torch_site: str, batches: list[list[bytes]], runs: int, specs
     from tritonprep.spec import PreprocessConfig
 
     nv = import_nvimgcodec()
-    options = PreprocessConfig.from_parameters(shipped_parameters()).decoding
+    params = {k: v for k, v in shipped_parameters().items() if not k.startswith("EMBED_PIXELS.")}
+    options = PreprocessConfig.from_parameters(params).decoding
     decoder = _make_decoder(nv, 0, (nv.BackendKind.HW_GPU_ONLY,), _decoder_options(options)[1],
                             options.hw_decoder_threads)  # fmt: skip
     stream = cp.cuda.Stream(non_blocking=True)
