@@ -101,6 +101,31 @@ def test_classifier_batching_axis_drops_preferred_sizes_from_a_copy(tmp_path) ->
     assert (REPO / "model_repository" / "classifier" / "configs" / "gpu.pbtxt").read_text() == shipped
 
 
+def test_classifier_batching_delay_sets_the_queue_delay_in_a_copy(tmp_path) -> None:
+    import argparse
+    import shutil
+
+    from scripts.bench.harness.phases.instances import batchings_of, queue_delay_us
+    from scripts.bench.harness.repos import with_queue_delay
+    from tritonprep_testkit.servers import REPO
+
+    given = argparse.Namespace(classifier_batching="shipped,delay2000,none")
+    assert batchings_of(given) == ["shipped", "delay2000", "none"]
+    assert [queue_delay_us(b) for b in batchings_of(given)] == [None, 2000, None]
+    with pytest.raises(ValueError, match="unknown value"):
+        batchings_of(argparse.Namespace(classifier_batching="delay"))
+    model = tmp_path / "classifier"
+    shutil.copytree(REPO / "model_repository" / "classifier", model, ignore=shutil.ignore_patterns("*.onnx*", "1"))
+    shipped = (model / "configs" / "gpu.pbtxt").read_text()
+    with_queue_delay(model, 2000)
+    text = (model / "configs" / "gpu.pbtxt").read_text()
+    assert "max_queue_delay_microseconds: 2000" in text and "preferred_batch_size: [ 64, 128 ]" in text
+    assert text.replace("max_queue_delay_microseconds: 2000", "max_queue_delay_microseconds: 0") == shipped
+    assert (REPO / "model_repository" / "classifier" / "configs" / "gpu.pbtxt").read_text() == shipped
+    with pytest.raises(ValueError, match="max_queue_delay_microseconds"):
+        with_queue_delay(tmp_path / "nothing", 10)
+
+
 def test_classifier_turns_axis_sets_network_turns_off_in_a_copy(tmp_path) -> None:
     import argparse
     import shutil

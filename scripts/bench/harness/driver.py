@@ -103,7 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--classifier-batching",
         default="shipped",
-        help="instances phase: the classifier's preferred batch sizes, comma list of shipped, none (another axis)",
+        help="instances phase: the classifier's preferred batch sizes, comma list of shipped, none, delayN (kept, the "
+        "batcher waiting up to N us to fill one) (another axis)",
     )
     parser.add_argument(
         "--classifier-turns",

@@ -89,6 +89,21 @@ def without_preferred_batch_sizes(model_dir: Path) -> None:
         cfg.write_text(text)
 
 
+def with_queue_delay(model_dir: Path, microseconds: int) -> None:
+    """Set ``max_queue_delay_microseconds`` in every config of a copied model that has a dynamic batcher (how long it
+    may wait to fill a preferred batch size); a linked config becomes a file of its own. :class:`ValueError` if
+    none has one."""
+    changed = 0
+    for cfg in model_configs(model_dir):
+        text, n = re.subn(r"max_queue_delay_microseconds: \d+", f"max_queue_delay_microseconds: {microseconds}",
+                          cfg.read_text())  # fmt: skip
+        changed += n
+        cfg.unlink()
+        cfg.write_text(text)
+    if not changed:
+        raise ValueError(f"{model_dir}: no config sets max_queue_delay_microseconds")
+
+
 def with_parameter(model_dir: Path, key: str, value: str, add: bool = False) -> None:
     """Set the string parameter ``key`` to ``value`` in every config of a copied model that declares it (``add``:
     in every config, appended where it is not declared: a parameter left at its default); a linked config becomes

@@ -4,9 +4,10 @@ Serves a benchmark copy of the repository for every combination of ``--instances
 ``"preprocess=2,4;classifier=1,2;postprocess=1,4;classify_fused=2,4"``; a model not named keeps its
 shipped count) and of ``--mps-threads`` (``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` in the server's
 environment: each MPS client's share of the SMs; it only matters under MPS, so run the phase with
-``--mps on``) and of ``--classifier-batching`` (``shipped,none``: the classifier's preferred batch sizes kept
-or dropped) and of ``--classifier-turns`` (``shipped,off``: the classifier's instances taking turns at the
-GPU's network, as shipped, or running their networks side by side) and of ``--classifier-parameter``
+``--mps on``) and of ``--classifier-batching`` (``shipped,none,delay2000``: the classifier's preferred batch sizes
+kept or dropped, or kept with the dynamic batcher waiting up to that many microseconds to fill one) and of
+``--classifier-turns`` (``shipped,off``: the classifier's instances taking turns at the GPU's network, as shipped,
+or running their networks side by side) and of ``--classifier-parameter``
 (``KEY=shipped,VALUE,...``: one more parameter of the classifier's configs, e.g. ``fuse_conv_bias=shipped,true``,
 or ``batch_buckets=shipped,1+64`` where a value holds commas; ``classify_fused`` takes it as ``network.KEY``
 where it declares that; ``MODEL:KEY=...`` names another model's, e.g.
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 from pathlib import Path
 
 from tritonprep.cuda import MPS_THREADS_ENV
@@ -36,6 +38,7 @@ from ..repos import (
     SOURCE,
     make_repo,
     with_parameter,
+    with_queue_delay,
     without_preferred_batch_sizes,
 )
 from ..run import Run
@@ -85,8 +88,10 @@ def label_of(counts: dict[str, int], percentage: int | None) -> str:
     return instances_label(counts) + (f", MPS threads {percentage} %" if percentage is not None else "")
 
 
-#: ``--classifier-batching`` values: the shipped config's preferred batch sizes, or none
+#: ``--classifier-batching`` values: the shipped config's preferred batch sizes, or none; ``delayN`` besides: kept, with
+#: ``max_queue_delay_microseconds: N`` (the shipped 0 sends whatever is queued when an instance is free)
 BATCHING = ("shipped", "none")
+_DELAY = re.compile(r"delay(\d+)$")
 #: ``--classifier-turns`` values: the shipped ``network_turns``, or ``off`` (the networks side by side)
 TURNS = ("shipped", "off")
 
@@ -104,7 +109,15 @@ def axis_values(args: argparse.Namespace, option: str, known: tuple[str, ...]) -
 
 def batchings_of(args: argparse.Namespace) -> list[str]:
     """The ``--classifier-batching`` values, in the order given (default: the shipped config only)."""
-    return axis_values(args, "--classifier-batching", BATCHING)
+    given = getattr(args, "classifier_batching", "") or "shipped"
+    delays = tuple(v.strip() for v in given.split(",") if _DELAY.match(v.strip()))
+    return axis_values(args, "--classifier-batching", BATCHING + delays)
+
+
+def queue_delay_us(batching: str) -> int | None:
+    """The classifier's queue delay a ``--classifier-batching`` value sets (``delay2000``: 2000), else None."""
+    found = _DELAY.match(batching)
+    return int(found.group(1)) if found else None
 
 
 def turns_of(args: argparse.Namespace) -> list[str]:
@@ -209,18 +222,22 @@ def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
         tag = (
             tag_of(counts, percentage)
             + ("-nopref" if batching == "none" else "")
+            + (f"-{batching}" if queue_delay_us(batching) is not None else "")
             + ("-noturns" if turns == "off" else "")
             + (f"-{key.replace(':', '-')}-{value.replace(',', '+')}".replace(";", "_") if value != "shipped" else "")
         )
         label = (
             label_of(counts, percentage)
             + (", no preferred batch sizes" if batching == "none" else "")
+            + (f", classifier queue delay {queue_delay_us(batching)} us" if batching.startswith("delay") else "")
             + (", networks side by side" if turns == "off" else "")
         )
         env = {MPS_THREADS_ENV: str(percentage)} if percentage is not None else None
         repo = instances_repo(run.work / f"repo-{tag}", args, counts)
         if batching == "none":
             without_preferred_batch_sizes(repo / "classifier")
+        if queue_delay_us(batching) is not None:
+            with_queue_delay(repo / "classifier", queue_delay_us(batching))
         if turns == "off":
             with_parameter(repo / "classifier", "network_turns", "off")
         changed = set_parameter(repo, key, value) if value != "shipped" else []
