@@ -1,7 +1,7 @@
 """The classifier alone, in one process, and the pipelines a user could build instead.
 
     python -m scripts.bench.classifier_bench ort  --out ort.json     # ONNX Runtime CUDA EP variants
-        [--fuse-conv-bias 0,1]
+        [--fuse-conv-bias 0,1] [--nhwc-input .cache/networks/classifier/model.fp16.nhwc.onnx]
     python -m scripts.bench.classifier_bench dali --out dali.json --images DIR   # DALI -> the same ORT runtime
         [--dali-best '{"batch": 128, "threads": 4, "hw_decoder_load": 0.9, "prefetch": 1}']
     python -m scripts.bench.classifier_bench memory --out mem.json  # GPU memory and start time by option
@@ -72,9 +72,10 @@ def timed(fn: Any, seconds: float, min_reps: int = 20) -> list[float]:
     return times
 
 
-def ort_rows(seconds: float, eps: Sequence[Any] = (None,)) -> list[dict[str, Any]]:
+def ort_rows(seconds: float, eps: Sequence[Any] = (None,), nhwc_input: Path | None = None) -> list[dict[str, Any]]:
     """Every variant of :data:`VARIANTS` with the first CUDA EP options of ``eps``; the FP16 NHWC ones again with
-    each of the others (e.g. ``fuse_conv_bias`` on)."""
+    each of the others (e.g. ``fuse_conv_bias`` on); with ``nhwc_input`` (``scripts.export_nhwc_input``'s network:
+    FP16 NHWC in), the FP16 NHWC CUDA-graph variant on it with each of ``eps``, fed FP16 NHWC pixels."""
     import cupy as cp
 
     from tritonprep.classifier.ort_cuda import OrtCudaRuntime
@@ -82,17 +83,21 @@ def ort_rows(seconds: float, eps: Sequence[Any] = (None,)) -> list[dict[str, Any
 
     rows = []
     rng = np.random.default_rng(0)
-    runs = [(v, eps[0]) for v in VARIANTS] + [(v, ep) for ep in eps[1:] for v in VARIANTS if v[2]]
-    for (label, precision, nhwc, graphs), ep in runs:
+    # (label, network file, nhwc, cuda graphs, input dims, input dtype), EP options
+    runs = [((label, model_file(ONNX, precision), nhwc, graphs, DIMS, np.float32), ep)
+            for ep in eps for label, precision, nhwc, graphs in VARIANTS if ep == eps[0] or nhwc]  # fmt: skip
+    if nhwc_input is not None:
+        nhwc_dims = (DIMS[1], DIMS[2], DIMS[0])
+        runs += [(("FP16 NHWC, CUDA graphs, FP16 NHWC input", nhwc_input, True, True, nhwc_dims, np.float16), ep)
+                 for ep in eps]  # fmt: skip
+    for (label, network, nhwc, graphs, dims, dtype), ep in runs:
         if ep is not None and ep != eps[0]:
             label = f"{label}, {ep.describe()}"
         t0 = time.perf_counter()
-        rt = OrtCudaRuntime(
-            model_file(ONNX, precision), DIMS, buckets=BATCHES, nhwc=nhwc, cuda_graphs=graphs, ep_options=ep
-        )
+        rt = OrtCudaRuntime(network, dims, buckets=BATCHES, nhwc=nhwc, cuda_graphs=graphs, ep_options=ep)
         load_s = time.perf_counter() - t0
         for b in BATCHES:
-            x = cp.asarray(rng.standard_normal((b, *DIMS), dtype=np.float32))
+            x = cp.asarray(rng.standard_normal((b, *dims), dtype=np.float32).astype(dtype))
             times = timed(lambda x=x, rt=rt: rt.infer(x), seconds)
             med = statistics.median(times)
             rows.append(
@@ -383,6 +388,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--gpu-memory-mb", type=int, help="memory: an instance budget spread over the arenas")
     parser.add_argument(
+        "--nhwc-input",
+        type=Path,
+        help="ort: the FP16 NHWC-input network of scripts.export_nhwc_input, measured beside the others",
+    )
+    parser.add_argument(
         "--cache",
         choices=["off", "cold-warm"],
         default="off",
@@ -399,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
             CudaEpOptions(args.conv_algo_search[0], args.max_workspace[0], args.arena[0], fuse)
             for fuse in args.fuse_conv_bias
         ]
-        rows = ort_rows(args.seconds, eps)
+        rows = ort_rows(args.seconds, eps, args.nhwc_input)
     else:
         rows = dali_rows(args.images, args.seconds, args.dali_best)
     args.out.write_text("\n".join(json.dumps(r) for r in rows) + "\n")

@@ -60,6 +60,8 @@ from .rows import copy_rows
 
 log = logging.getLogger(__name__)
 
+#: the network input types bound on the GPU (ONNX Runtime's names): FP32, or FP16 for a network that takes it
+INPUT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
 #: ONNX Runtime's words for a model file it cannot read (a truncated or foreign file): no CUDA install fixes it
 MODEL_FILE_ERRORS = ("INVALID_PROTOBUF", "NO_SUCHFILE", "INVALID_GRAPH", "Protobuf parsing failed")
 #: what to install when ONNX Runtime cannot use the GPU (one log line says so)
@@ -313,12 +315,15 @@ class OrtCudaRuntime:
                 f"the model config says {list(self.input_dims)}"
             )
         out_shape = (size, *(int(d) for d in out.shape[1:]))
+        dtype = INPUT_TYPES.get(inp.type)
+        if dtype is None:
+            raise ConfigError(f"the ONNX input {inp.name!r} is {inp.type}; expected one of {', '.join(INPUT_TYPES)}")
         with self.stream:
-            x = cp.zeros((size, *self.input_dims), dtype=np.float32)  # padded rows stay finite
+            x = cp.zeros((size, *self.input_dims), dtype=dtype)  # padded rows stay finite
             y = cp.zeros(out_shape, dtype=np.float32)
         self.stream.synchronize()
         binding = session.io_binding()
-        binding.bind_input(inp.name, "cuda", device_id, np.float32, x.shape, x.data.ptr)
+        binding.bind_input(inp.name, "cuda", device_id, dtype, x.shape, x.data.ptr)
         binding.bind_output(out.name, "cuda", device_id, np.float32, y.shape, y.data.ptr)
         return _Bucket(size, session, x, y, binding)
 

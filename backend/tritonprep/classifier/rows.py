@@ -19,7 +19,8 @@ def device_of(array: Any) -> int | None:
 
 
 def copy_rows(cp: Any, dst: Any, src: Any, stream: Any) -> bool:
-    """Copy ``src`` (numpy, or a CuPy array on any GPU) into the contiguous FP32 rows ``dst``, ordered on ``stream``.
+    """Copy ``src`` (numpy, or a CuPy array on any GPU) into the contiguous rows ``dst`` (the network's input type:
+    FP32, or FP16 for a network that takes it), ordered on ``stream``.
 
     Returns True when ``src`` lived on another GPU than ``dst``: Triton may hand a classifier instance on
     one GPU a tensor the preprocess model made on another; it is then copied peer to peer (CUDA's
@@ -27,13 +28,13 @@ def copy_rows(cp: Any, dst: Any, src: Any, stream: Any) -> bool:
     """
     where = device_of(src)
     if where is None:
-        dst.set(np.ascontiguousarray(src, dtype=np.float32), stream=stream)
+        dst.set(np.ascontiguousarray(src, dtype=dst.dtype), stream=stream)
         return False
     if where == dst.device.id:
-        dst[...] = cp.asarray(src, dtype=cp.float32)
+        dst[...] = cp.asarray(src, dtype=dst.dtype)
         return False
     with cp.cuda.Device(where):
-        src = cp.ascontiguousarray(src, dtype=cp.float32)
+        src = cp.ascontiguousarray(src, dtype=dst.dtype)
         cp.cuda.get_current_stream().synchronize()  # src is complete before another device's stream reads it
     cp.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, src.nbytes, cp.cuda.runtime.memcpyDefault, stream.ptr)
     return True
