@@ -359,10 +359,12 @@ def sweep(
                             row.p50_ms,
                             row.composing,
                         )
+    if not rows:  # nothing measured (a point refused): perf.csv keeps the header of the rows it has
+        return rows
     csv_path = out / "perf.csv"
     new = not csv_path.exists()
     with open(csv_path, "a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(asdict(rows[0]).keys()) if rows else ["model"])
+        w = csv.DictWriter(f, fieldnames=list(asdict(rows[0]).keys()))
         if new:
             w.writeheader()
         for r in rows:

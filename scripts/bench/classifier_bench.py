@@ -75,7 +75,9 @@ def timed(fn: Any, seconds: float, min_reps: int = 20) -> list[float]:
 def ort_rows(seconds: float, eps: Sequence[Any] = (None,), nhwc_input: Path | None = None) -> list[dict[str, Any]]:
     """Every variant of :data:`VARIANTS` with the first CUDA EP options of ``eps``; the FP16 NHWC ones again with
     each of the others (e.g. ``fuse_conv_bias`` on); with ``nhwc_input`` (``scripts.export_nhwc_input``'s network:
-    FP16 NHWC in), the FP16 NHWC CUDA-graph variant on it with each of ``eps``, fed FP16 NHWC pixels."""
+    FP16 NHWC in), with each of ``eps``, the FP16 NHWC CUDA-graph variant on it fed FP16 NHWC pixels, and beside it
+    the shipped FP16 network fed FP16 NCHW pixels, as the server's preprocessing feeds it (the runtime casts them
+    into its FP32 input)."""
     import cupy as cp
 
     from tritonprep.classifier.ort_cuda import OrtCudaRuntime
@@ -83,15 +85,18 @@ def ort_rows(seconds: float, eps: Sequence[Any] = (None,), nhwc_input: Path | No
 
     rows = []
     rng = np.random.default_rng(0)
-    # (label, network file, nhwc, cuda graphs, input dims, input dtype), EP options
-    runs = [((label, model_file(ONNX, precision), nhwc, graphs, DIMS, np.float32), ep)
-            for ep in eps for label, precision, nhwc, graphs in VARIANTS if ep == eps[0] or nhwc]  # fmt: skip
+    # (label, network file, nhwc, cuda graphs, input dims, input dtype), the EP options' index, the EP options
+    runs = [((label, model_file(ONNX, precision), nhwc, graphs, DIMS, np.float32), k, ep)
+            for k, ep in enumerate(eps) for label, precision, nhwc, graphs in VARIANTS if k == 0 or nhwc]  # fmt: skip
     if nhwc_input is not None:
         nhwc_dims = (DIMS[1], DIMS[2], DIMS[0])
-        runs += [(("FP16 NHWC, CUDA graphs, FP16 NHWC input", nhwc_input, True, True, nhwc_dims, np.float16), ep)
-                 for ep in eps]  # fmt: skip
-    for (label, network, nhwc, graphs, dims, dtype), ep in runs:
-        if ep is not None and ep != eps[0]:
+        for k, ep in enumerate(eps):
+            runs += [(("FP16 NHWC, CUDA graphs, fed FP16 NCHW pixels", model_file(ONNX, "fp16"), True, True, DIMS,
+                       np.float16), k, ep),
+                     (("FP16 NHWC, CUDA graphs, FP16 NHWC input", nhwc_input, True, True, nhwc_dims, np.float16), k,
+                      ep)]  # fmt: skip
+    for (label, network, nhwc, graphs, dims, dtype), k, ep in runs:
+        if ep is not None and k > 0:
             label = f"{label}, {ep.describe()}"
         t0 = time.perf_counter()
         rt = OrtCudaRuntime(network, dims, buckets=BATCHES, nhwc=nhwc, cuda_graphs=graphs, ep_options=ep)

@@ -42,6 +42,8 @@ REPOSITORY = ROOT / "model_repository"
 NETWORK = REPOSITORY / "classifier" / "1" / "model.fp16.onnx"
 NETWORK_BATCH = 64
 DIMS = (3, 224, 224)
+#: nvImageCodec's colour specs the ``decode`` part may ask for (``nvimgcodec.ColorSpec`` names)
+COLOR_SPECS = ("SRGB", "SYCC", "GRAY")
 #: the trace's categories of GPU work
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 
@@ -166,13 +168,13 @@ def decode_kernels(torch_site: str, batches: list[list[bytes]], runs: int, specs
 
     if torch_site and torch_site not in sys.path:
         sys.path.append(torch_site)
-    from tritonprep.decode.nvimgcodec import _decoder_options, _make_decoder, import_nvimgcodec
+    from tritonprep.decode.nvimgcodec import decoder_options, import_nvimgcodec, make_decoder
     from tritonprep.spec import PreprocessConfig
 
     nv = import_nvimgcodec()
     params = {k: v for k, v in shipped_parameters().items() if not k.startswith("EMBED_PIXELS.")}
     options = PreprocessConfig.from_parameters(params).decoding
-    decoder = _make_decoder(nv, 0, (nv.BackendKind.HW_GPU_ONLY,), _decoder_options(options)[1],
+    decoder = make_decoder(nv, 0, (nv.BackendKind.HW_GPU_ONLY,), decoder_options(options)[1],
                             options.hw_decoder_threads)  # fmt: skip
     stream = cp.cuda.Stream(non_blocking=True)
     rows = []
@@ -358,22 +360,34 @@ def main(argv: list[str] | None = None) -> int:
 
     batches = make_batches(images, args.batch)
     parts = {p.strip() for p in args.parts.split(",") if p.strip()}
+    specs = [c.strip().upper() for c in args.color_specs.split(",") if c.strip()]
+    if not set(specs) <= set(COLOR_SPECS):
+        parser.error(f"--color-specs: unknown {sorted(set(specs) - set(COLOR_SPECS))}; known: {', '.join(COLOR_SPECS)}")
     rows: list[dict[str, Any]] = []
+
+    def keep(new: list[dict[str, Any]]) -> None:
+        """Each part's rows written as soon as it ends: a later part that fails loses nothing measured."""
+        rows.extend(new)
+        args.out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        for r in new:
+            log.info("%s", json.dumps(r)[:2000])
+
+    from tritonprep.errors import RuntimeUnavailable
+
     if "overlap" in parts:
-        rows += overlap(batches, [int(t) for t in args.threads.split(",")], args.seconds)
-    if "kernels" in parts:
+        keep(overlap(batches, [int(t) for t in args.threads.split(",")], args.seconds))
+    for part, measure in (("kernels", lambda: kernels(args.torch_site, batches, args.runs)),
+                          ("decode", lambda: decode_kernels(args.torch_site, batches, args.runs, specs))):  # fmt: skip
+        if part not in parts:
+            continue
         try:
-            rows += kernels(args.torch_site, batches, args.runs)
+            keep(measure())
         except ImportError as e:
-            log.error("kernels: no PyTorch profiler (%s); pass --torch-site", e)
-    if "decode" in parts:
-        try:
-            rows += decode_kernels(args.torch_site, batches, args.runs, args.color_specs.split(","))
-        except ImportError as e:
-            log.error("decode: no PyTorch profiler (%s); pass --torch-site", e)
-    args.out.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    for r in rows:
-        log.info("%s", json.dumps(r)[:2000])
+            log.error("%s: an import failed (%s); the profiler needs a CUDA PyTorch: pass --torch-site", part, e)
+        except RuntimeUnavailable as e:
+            log.error("%s: %s", part, e)
+    if not args.out.exists():
+        args.out.write_text("")
     return 0
 
 

@@ -379,3 +379,50 @@ def test_each_row_says_what_its_measurement_kept_busy():
     line = rows_table([busy, triton_row("mps on", "classify", 8, 16, 9_000)])
     assert line[2].endswith("; host 12.3 of 16 CPUs busy, sm 88 %, smutil 67 % |"), line[2]
     assert line[3].endswith("compute 1.67 ms |"), line[3]  # a row of a run before the fields: as it was
+
+
+def test_sweep_measures_each_point_on_its_own_with_what_it_kept_busy(tmp_path, monkeypatch):
+    """One perf_analyzer measurement per (protocol, images per request, concurrency), each row with the host's busy
+    CPUs; the GPU sampled beside throughput points only (no nvidia-smi beside a c=1 latency)."""
+    from types import SimpleNamespace
+
+    from scripts import perf_sweep
+    from scripts.bench.harness import run as run_module
+
+    sampled: list[bool] = []
+
+    class Util:
+        def __init__(self, gpu: bool = True) -> None:
+            sampled.append(gpu)
+
+        def __enter__(self) -> Util:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def host_cpu_cores(self) -> float:
+            return 3.5
+
+        def busy(self) -> str:
+            return "sm 90 %"
+
+    calls: list[tuple] = []
+
+    def measure(self, srv, model, batches, conc, size, protocols, interval):  # noqa: ANN001 - Run.measure's own
+        calls.append((protocols, batches, conc))
+        return [perf_sweep.Row(model, protocols[0], batches[0], conc[0], 100.0, 1, 1, 1, 1, 0, 0, 0, "")]
+
+    monkeypatch.setattr(run_module, "Utilization", Util)
+    monkeypatch.setattr(run_module.Run, "measure", measure)
+    run = run_module.Run.__new__(run_module.Run)
+    run.out, run.rows, run.summary = tmp_path, [], {}
+    srv = SimpleNamespace(setting=SimpleNamespace(row_fields=lambda: {"setting": "mps on"}), tag="classify")
+    rows = run.sweep("classify", srv, "classify", [1, 8], [1, 16], protocols=("grpc", "http"))
+    assert calls == [((p,), [n], [c]) for p in ("grpc", "http") for n in (1, 8) for c in (1, 16)]
+    assert sampled == [c > 1 for _ in ("grpc", "http") for _ in (1, 8) for c in (1, 16)]
+    assert [(r["protocol"], r["images_per_request"], r["concurrency"]) for r in rows] == [c[0] + (c[1][0], c[2][0])
+                                                                                         for c in calls]  # fmt: skip
+    assert all(r["host_cpu_cores"] == 3.5 and r["host_cpus"] == os.cpu_count() for r in rows)
+    assert all(r["gpu_busy"] == "sm 90 %" for r in rows)
+    assert json.loads((tmp_path / "rows.json").read_text()) == rows

@@ -47,6 +47,8 @@ class OnThisGpu:
 
 
 class FakeCp:
+    float32, float16 = np.float32, np.float16
+
     @staticmethod
     def zeros(shape: tuple[int, ...], dtype: type) -> Device:
         return np.zeros(shape, dtype).view(Device)

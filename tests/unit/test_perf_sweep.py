@@ -59,3 +59,20 @@ def test_the_sweep_exits_2_with_one_line_before_reading_any_image(no_program, mo
     (record,) = caplog.records
     assert "placeholder" in record.getMessage() and "py3-sdk" in record.getMessage()
     assert not (tmp_path / "out").exists()
+
+
+def test_a_refused_point_leaves_perf_csv_to_the_rows_measured(monkeypatch, tmp_path):
+    """A point perf_analyzer could not measure (refused for overload) writes nothing: the file's header is the rows'
+    columns, whichever point came first."""
+    import csv
+
+    results = iter([None, perf_sweep.Row("classify", "grpc", 8, 16, 900.0, 1, 1, 1, 1, 0, 0, 0, "")])
+    monkeypatch.setattr(perf_sweep, "run_one", lambda *args, **kwargs: next(results))
+    images = [b"\xff\xd8 not really a jpeg"]
+    for c in (64, 16):
+        perf_sweep.sweep("classify", {"grpc": "localhost:1"}, images, ["grpc"], [8], [c], 1000, tmp_path)
+        if c == 64:
+            assert not (tmp_path / "perf.csv").exists()
+    with open(tmp_path / "perf.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["model"], r["concurrency"], r["images_per_s"]) for r in rows] == [("classify", "16", "900.0")]

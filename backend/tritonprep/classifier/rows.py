@@ -19,8 +19,9 @@ def device_of(array: Any) -> int | None:
 
 
 def copy_rows(cp: Any, dst: Any, src: Any, stream: Any) -> bool:
-    """Copy ``src`` (numpy, or a CuPy array on any GPU) into the contiguous rows ``dst`` (the network's input type:
-    FP32, or FP16 for a network that takes it), ordered on ``stream``.
+    """Copy ``src`` (numpy, or a CuPy array on any GPU) into the contiguous rows ``dst``, as ``dst``'s type (the
+    network's input type: FP32, or FP16 for an ONNX Runtime network that takes it; TensorRT's buffers are FP32),
+    ordered on ``stream``.
 
     Returns True when ``src`` lived on another GPU than ``dst``: Triton may hand a classifier instance on
     one GPU a tensor the preprocess model made on another; it is then copied peer to peer (CUDA's

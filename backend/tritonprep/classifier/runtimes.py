@@ -99,7 +99,8 @@ RUNTIME_PARAMETERS: tuple[Parameter, ...] = (
         "precision",
         read_lower,
         "fp16",
-        "fp16 or fp32: the GPU runtimes' weights and math (input and output stay FP32); the CPU runs FP32",
+        "fp16 or fp32: the GPU runtimes' weights and math (input and output as the ONNX file declares them: FP32 "
+        "for the exported networks); the CPU runs FP32",
     ),
     Parameter(
         "layout", "layout", read_lower, "nhwc", "nhwc or nchw: the GPU runtime's internal layout (the input stays NCHW)"

@@ -115,7 +115,9 @@ _POOL_MAX_IMAGES = 256
 _POOL_MAX_BYTES = 16 << 20
 
 
-def _make_decoder(nv: Any, device_id: int, kinds: tuple[Any, ...], options: str, cpu_threads: int) -> Any:
+def make_decoder(nv: Any, device_id: int, kinds: tuple[Any, ...], options: str, cpu_threads: int) -> Any:
+    """An nvImageCodec decoder object of the backend ``kinds`` on ``device_id``, with its option string and host
+    threads (:func:`decoder_options`)."""
     return nv.Decoder(
         device_id=device_id, max_num_cpu_threads=cpu_threads, backends=[nv.Backend(k) for k in kinds], options=options
     )
@@ -167,7 +169,7 @@ class _Stage:
         self.lent.clear()
 
 
-def _decoder_options(options: DecoderOptions) -> tuple[str, str]:
+def decoder_options(options: DecoderOptions) -> tuple[str, str]:
     """nvImageCodec's option strings of the CUDA stage and of the hardware stage (which adds preallocation)."""
     common = ":fancy_upsampling=1" if options.fancy_upsampling else ":fancy_upsampling=0"
     width, height, batch = options.hw_decoder_prealloc
@@ -247,7 +249,7 @@ class GpuDecoder:
         for _ in range(options.hw_decoders if options.hw_decoder else 0):
             try:
                 kinds = (nv.BackendKind.HW_GPU_ONLY,)
-                dec = _make_decoder(nv, self.device_id, kinds, _decoder_options(options)[1], options.hw_decoder_threads)
+                dec = make_decoder(nv, self.device_id, kinds, decoder_options(options)[1], options.hw_decoder_threads)
             except RuntimeError as e:  # e.g. no hardware decoder on this GPU
                 log.info("nvImageCodec hardware decoder unavailable on GPU %d: %s", self.device_id, e)
                 break
@@ -259,7 +261,7 @@ class GpuDecoder:
         nv = self.nv
         try:
             kinds = (nv.BackendKind.GPU_ONLY, nv.BackendKind.HYBRID_CPU_GPU)
-            dec = _make_decoder(nv, self.device_id, kinds, _decoder_options(options)[0], options.cuda_decoder_threads)
+            dec = make_decoder(nv, self.device_id, kinds, decoder_options(options)[0], options.cuda_decoder_threads)
         except RuntimeError as e:
             log.info("nvImageCodec CUDA decoder unavailable on GPU %d: %s", self.device_id, e)
             return None

@@ -93,15 +93,13 @@ def with_queue_delay(model_dir: Path, microseconds: int) -> None:
     """Set ``max_queue_delay_microseconds`` in every config of a copied model that has a dynamic batcher (how long it
     may wait to fill a preferred batch size); a linked config becomes a file of its own. :class:`ValueError` if
     none has one."""
-    changed = 0
-    for cfg in model_configs(model_dir):
-        text, n = re.subn(r"max_queue_delay_microseconds: \d+", f"max_queue_delay_microseconds: {microseconds}",
-                          cfg.read_text())  # fmt: skip
-        changed += n
+    texts = {cfg: re.subn(r"max_queue_delay_microseconds: \d+", f"max_queue_delay_microseconds: {microseconds}",
+                          cfg.read_text()) for cfg in model_configs(model_dir)}  # fmt: skip
+    if not any(n for _, n in texts.values()):
+        raise ValueError(f"{model_dir}: no config sets max_queue_delay_microseconds")
+    for cfg, (text, _) in texts.items():
         cfg.unlink()
         cfg.write_text(text)
-    if not changed:
-        raise ValueError(f"{model_dir}: no config sets max_queue_delay_microseconds")
 
 
 def with_parameter(model_dir: Path, key: str, value: str, add: bool = False) -> None:

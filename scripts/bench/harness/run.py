@@ -112,11 +112,11 @@ class Run:
         interval: int | None = None,
         **extra: Any,
     ) -> list[dict]:
-        """:meth:`measure`, each measurement a row (with its server's setting and ``extra``, the host's busy CPUs and
-        the GPU's utilization meanwhile: :class:`~.utilization.Utilization`), saved."""
+        """:meth:`measure`, each measurement a row (with its server's setting and ``extra``, the host's busy CPUs and,
+        above c=1, the busiest GPU's utilization meanwhile: :class:`~.utilization.Utilization`), saved."""
         new = []
         for protocol, n, c in ((p, n, c) for p in protocols for n in batches for c in conc):
-            with Utilization() as util:
+            with Utilization(gpu=c > 1) as util:
                 res = self.measure(srv, model, [n], [c], size, (protocol,), interval)
             new += [{"kind": kind, "config": label, "size": size, **srv.setting.row_fields(), "server": srv.tag,
                      **extra, **asdict(r), "host_cpu_cores": util.host_cpu_cores(), "host_cpus": os.cpu_count(),

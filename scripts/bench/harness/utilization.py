@@ -1,12 +1,13 @@
-"""What a measurement kept busy: each GPU's mean SM utilization (``nvidia-smi dmon``) and the host's busy CPUs
-(/proc/stat) while it ran. Every served measurement records both (:meth:`..run.Run.sweep`): where the host's CPUs
+"""What a measurement kept busy: the GPUs' mean utilization (``nvidia-smi dmon``) and the host's busy CPUs
+(/proc/stat) while it ran. Every served throughput measurement records the busiest GPU's and the host's
+(:meth:`..run.Run.sweep`; a c=1 point the host's alone: no ``nvidia-smi`` beside a latency): where the host's CPUs
 are all busy, the server's host work, not the GPU, sets the pace."""
 
 from __future__ import annotations
 
 import os
 
-from .engines import EngineSampler
+from .engines import EngineSampler, busiest
 from .engines import means as engine_means
 
 
@@ -25,8 +26,10 @@ class Utilization:
     :class:`..engines.EngineSampler`, ``nvidia-smi dmon`` every second), and how many of the host's CPUs were busy
     meanwhile (/proc/stat)."""
 
-    def __init__(self) -> None:
+    def __init__(self, gpu: bool = True) -> None:
+        """``gpu``: sample the GPUs too (False: the host's CPUs alone)."""
         self.sampler = EngineSampler()
+        self.gpu = gpu
         self._cpu0 = self._cpu1 = (0, 0)
 
     def host_cpu_cores(self) -> float:
@@ -41,19 +44,21 @@ class Utilization:
         return " ".join(f"{gpu}:{by_gpu[gpu]['sm']:.0f}" for gpu in order if "sm" in by_gpu[gpu])
 
     def busy(self) -> str:
-        """``sm 88 %, smutil 67 %, jpg 85 %``: the first GPU's mean SM (NVML), SM activity (GPM) and JPEG engine
+        """``sm 88 %, smutil 67 %, jpg 85 %``: the busiest GPU's mean SM (NVML), SM activity (GPM) and JPEG engine
         utilization, those sampled; "" without samples."""
-        by_gpu = engine_means(self.sampler.samples)
-        if not by_gpu:
+        found = busiest(engine_means(self.sampler.samples))
+        if found is None:
             return ""
-        first = by_gpu[min(by_gpu, key=lambda gpu: (not gpu.isdigit(), int(gpu) if gpu.isdigit() else 0, gpu))]
-        return ", ".join(f"{k} {first[k]:.0f} %" for k in ("sm", "smutil", "jpg") if k in first)
+        values = found[1]
+        return ", ".join(f"{k} {values[k]:.0f} %" for k in ("sm", "smutil", "jpg") if k in values)
 
     def __enter__(self) -> Utilization:
         self._cpu0 = cpu_jiffies()
-        self.sampler.__enter__()
+        if self.gpu:
+            self.sampler.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.sampler.__exit__(*exc)
+        if self.gpu:
+            self.sampler.__exit__(*exc)
         self._cpu1 = cpu_jiffies()
