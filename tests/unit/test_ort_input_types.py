@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from tests.unit.ort_fakes import Context
 from tritonprep.classifier import ort_cuda
 from tritonprep.classifier.rows import copy_rows
 from tritonprep.errors import ConfigError
@@ -84,20 +85,9 @@ class Session:
         return self.binding
 
 
-class Stream:
-    def __enter__(self) -> Stream:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
-
-    def synchronize(self) -> None:
-        pass
-
-
 def runtime() -> ort_cuda.OrtCudaRuntime:
     rt = ort_cuda.OrtCudaRuntime.__new__(ort_cuda.OrtCudaRuntime)  # _bind alone: no ONNX Runtime here
-    rt._cp, rt.stream, rt.input_dims = FakeCp(), Stream(), DIMS
+    rt._cp, rt.stream, rt.input_dims = FakeCp(), Context(), DIMS
     return rt
 
 

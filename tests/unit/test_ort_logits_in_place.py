@@ -8,6 +8,7 @@ import threading
 
 import numpy as np
 
+from tests.unit.ort_fakes import Context
 from tritonprep.classifier import ort_cuda
 from tritonprep.classifier.bucket_plan import BucketPlan
 
@@ -32,21 +33,6 @@ class Session:
         self.runs += 1
         sums = self.x.reshape(len(self.x), -1).sum(axis=1)
         self.y[...] = sums[:, None] * np.arange(1, CLASSES + 1, dtype=np.float32)
-
-
-class Context:
-    """The runtime's device and stream: context managers that do nothing here."""
-
-    id = 0
-
-    def __enter__(self) -> Context:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
-
-    def synchronize(self) -> None:
-        pass
 
 
 def runtime(sizes: tuple[int, ...] = (4, 8)) -> ort_cuda.OrtCudaRuntime:
