@@ -69,13 +69,19 @@ def with_instances(text: str, count: int, kind: str | None = None) -> str:
     return text[: group.start()] + new + text[group.end() :]
 
 
+def write_own(cfg: Path, text: str) -> None:
+    """Write ``text`` to a copied config as a file of its own: a link to the source is replaced, never written
+    through."""
+    cfg.unlink()
+    cfg.write_text(text)
+
+
 def set_instance_count(model_dir: Path, count: int) -> None:
     """Set the instance count in every config of a copied model, keeping each config's kind (a linked config
     becomes a file of its own: the source is never written)."""
     for cfg in model_configs(model_dir):
         text = with_instances(cfg.read_text(), count)
-        cfg.unlink()
-        cfg.write_text(text)
+        write_own(cfg, text)
 
 
 def without_preferred_batch_sizes(model_dir: Path) -> None:
@@ -85,8 +91,7 @@ def without_preferred_batch_sizes(model_dir: Path) -> None:
         text = re.sub(r"\n\s*preferred_batch_size:\s*(\[[^\]]*\]|\d+)", "", cfg.read_text())
         if re.search(r"^\s*preferred_batch_size", text, re.MULTILINE):
             raise ValueError(f"{cfg}: a preferred_batch_size line this harness cannot read; drop it by hand")
-        cfg.unlink()
-        cfg.write_text(text)
+        write_own(cfg, text)
 
 
 def with_queue_delay(model_dir: Path, microseconds: int) -> None:
@@ -98,8 +103,7 @@ def with_queue_delay(model_dir: Path, microseconds: int) -> None:
     if not any(n for _, n in texts.values()):
         raise ValueError(f"{model_dir}: no config sets max_queue_delay_microseconds")
     for cfg, (text, _) in texts.items():
-        cfg.unlink()
-        cfg.write_text(text)
+        write_own(cfg, text)
 
 
 def with_parameter(model_dir: Path, key: str, value: str, add: bool = False) -> None:
@@ -114,8 +118,7 @@ def with_parameter(model_dir: Path, key: str, value: str, add: bool = False) -> 
         changed += n
         if add and not n:
             text = text.rstrip("\n") + f'\nparameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}\n'
-        cfg.unlink()
-        cfg.write_text(text)
+        write_own(cfg, text)
     if not changed and not add:
         raise ValueError(f"{model_dir}: no config declares parameter {key!r} in the one-line form this harness reads")
 
