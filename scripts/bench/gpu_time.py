@@ -56,13 +56,19 @@ def shipped_parameters(model: str = "preprocess") -> dict[str, str]:
     return {key: value.string_value for key, value in config.parameters.items()}
 
 
-def make_executor() -> Any:
-    """The GPU executor of the shipped ``preprocess`` GPU config, PIXELS only."""
-    from tritonprep.executors.gpu import GpuExecutor
+def pixels_config() -> Any:
+    """The shipped ``preprocess`` GPU config, PIXELS only (its EMBED_PIXELS output's parameters left out)."""
     from tritonprep.spec import PreprocessConfig
 
     params = {k: v for k, v in shipped_parameters().items() if not k.startswith("EMBED_PIXELS.")}
-    return GpuExecutor(PreprocessConfig.from_parameters(params), 0)
+    return PreprocessConfig.from_parameters(params)
+
+
+def make_executor() -> Any:
+    """The GPU executor of the shipped ``preprocess`` GPU config, PIXELS only."""
+    from tritonprep.executors.gpu import GpuExecutor
+
+    return GpuExecutor(pixels_config(), 0)
 
 
 def make_network() -> Any:
@@ -169,22 +175,20 @@ def decode_kernels(torch_site: str, batches: list[list[bytes]], runs: int, specs
     if torch_site and torch_site not in sys.path:
         sys.path.append(torch_site)
     from tritonprep.decode.nvimgcodec import decoder_options, import_nvimgcodec, make_decoder
-    from tritonprep.spec import PreprocessConfig
 
     nv = import_nvimgcodec()
-    params = {k: v for k, v in shipped_parameters().items() if not k.startswith("EMBED_PIXELS.")}
-    options = PreprocessConfig.from_parameters(params).decoding
+    options = pixels_config().decoding
     decoder = make_decoder(nv, 0, (nv.BackendKind.HW_GPU_ONLY,), decoder_options(options)[1],
                             options.hw_decoder_threads)  # fmt: skip
     stream = cp.cuda.Stream(non_blocking=True)
     rows = []
     for spec in specs:
-        params = nv.DecodeParams(apply_exif_orientation=True, color_spec=getattr(nv.ColorSpec, spec),
-                                 allow_any_depth=False)  # fmt: skip
+        decode_params = nv.DecodeParams(apply_exif_orientation=True, color_spec=getattr(nv.ColorSpec, spec),
+                                        allow_any_depth=False)  # fmt: skip
         cycle = itertools.cycle(batches)
         found: dict[str, Any] = {}
 
-        def call(params: Any = params, found: dict[str, Any] = found, cycle: Any = cycle) -> None:
+        def call(params: Any = decode_params, found: dict[str, Any] = found, cycle: Any = cycle) -> None:
             images = decoder.decode([nv.CodeStream(b) for b in next(cycle)], params=params, cuda_stream=stream.ptr)
             stream.synchronize()
             first = next((img for img in images if img is not None), None)
