@@ -219,25 +219,26 @@ def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
     log.info("instances phase (%s): %d server(s)", setting.label, len(combos))
     key = parameter_axis(args)[0]
     for counts, percentage, batching, turns, value in combos:
+        delay = queue_delay_us(batching)
         tag = (
             tag_of(counts, percentage)
             + ("-nopref" if batching == "none" else "")
-            + (f"-{batching}" if queue_delay_us(batching) is not None else "")
+            + (f"-{batching}" if delay is not None else "")
             + ("-noturns" if turns == "off" else "")
             + (f"-{key.replace(':', '-')}-{value.replace(',', '+')}".replace(";", "_") if value != "shipped" else "")
         )
         label = (
             label_of(counts, percentage)
             + (", no preferred batch sizes" if batching == "none" else "")
-            + (f", classifier queue delay {queue_delay_us(batching)} us" if batching.startswith("delay") else "")
+            + (f", classifier queue delay {delay} us" if delay is not None else "")
             + (", networks side by side" if turns == "off" else "")
         )
         env = {MPS_THREADS_ENV: str(percentage)} if percentage is not None else None
         repo = instances_repo(run.work / f"repo-{tag}", args, counts)
         if batching == "none":
             without_preferred_batch_sizes(repo / "classifier")
-        if queue_delay_us(batching) is not None:
-            with_queue_delay(repo / "classifier", queue_delay_us(batching))
+        if delay is not None:
+            with_queue_delay(repo / "classifier", delay)
         if turns == "off":
             with_parameter(repo / "classifier", "network_turns", "off")
         changed = set_parameter(repo, key, value) if value != "shipped" else []
