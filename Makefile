@@ -8,7 +8,8 @@
 #                  used over gRPC and HTTP and removed, on a private Docker daemon (tests/compose/run.sh; root)
 #   make model   - export EfficientNet-Lite0 to model_repository/classifier/1/model.onnx and its pooled
 #                  features (the embedder) to model_repository/embedder/1/model.onnx, each with its
-#                  FP16 variant model.fp16.onnx beside it
+#                  FP16 variant model.fp16.onnx beside it (the classifier's also as model.fp16.nhwc.onnx: FP16
+#                  channel-last input, what its GPU config serves)
 #   make wheel   - dist/tritonprep-*.whl: the library, the client and the model repository with those networks,
 #                  which serves by itself: pip install 'dist/tritonprep-*.whl[server,cpu]'; tritonprep serve
 PYTHON      ?= python3
@@ -19,6 +20,7 @@ TORCH_SPEC  ?= torch==2.13.0
 PIP_FLAGS   ?= -q --disable-pip-version-check
 ONNX        := model_repository/classifier/1/model.onnx
 ONNX_FP16   := model_repository/classifier/1/model.fp16.onnx
+ONNX_NHWC   := model_repository/classifier/1/model.fp16.nhwc.onnx
 EMBED_ONNX  := model_repository/embedder/1/model.onnx
 EMBED_FP16  := model_repository/embedder/1/model.fp16.onnx
 PYTEST_ARGS ?=
@@ -48,16 +50,16 @@ $(EXPORT_VENV)/.installed: pyproject.toml
 	$(EXPORT_VENV)/bin/python -m pip install $(PIP_FLAGS) -e '.[export]'
 	touch $@
 
-# one export writes both files (a missing FP16 variant makes the export run again)
-$(ONNX) $(ONNX_FP16) &: scripts/export_classifier.py scripts/onnx_export.py | $(EXPORT_VENV)/.installed
-	$(EXPORT_VENV)/bin/python -m scripts.export_classifier --output $(ONNX) && touch $(ONNX) $(ONNX_FP16)
+# one export writes every variant (a missing one makes the export run again)
+$(ONNX) $(ONNX_FP16) $(ONNX_NHWC) &: scripts/export_classifier.py scripts/onnx_export.py | $(EXPORT_VENV)/.installed
+	$(EXPORT_VENV)/bin/python -m scripts.export_classifier --output $(ONNX) && touch $(ONNX) $(ONNX_FP16) $(ONNX_NHWC)
 
 $(EMBED_ONNX) $(EMBED_FP16) &: scripts/export_embedder.py scripts/onnx_export.py | $(EXPORT_VENV)/.installed
 	$(EXPORT_VENV)/bin/python -m scripts.export_embedder --output $(EMBED_ONNX) && touch $(EMBED_ONNX) $(EMBED_FP16)
 
 setup: $(INSTALLED)
 
-model: $(ONNX) $(ONNX_FP16) $(EMBED_ONNX) $(EMBED_FP16)
+model: $(ONNX) $(ONNX_FP16) $(ONNX_NHWC) $(EMBED_ONNX) $(EMBED_FP16)
 
 # setup.py packs model_repository/ with the networks into the wheel (a clean build/: no deleted module comes along)
 wheel: setup model
@@ -91,6 +93,6 @@ test-compose: setup model
 	PYTHON=$(VENV)/bin/python bash tests/compose/run.sh
 
 clean:
-	rm -rf $(VENV) $(EXPORT_VENV) build dist $(ONNX) $(ONNX).json $(ONNX_FP16) $(EMBED_ONNX) $(EMBED_ONNX).json $(EMBED_FP16)
+	rm -rf $(VENV) $(EXPORT_VENV) build dist $(ONNX) $(ONNX).json $(ONNX_FP16) $(ONNX_NHWC) $(EMBED_ONNX) $(EMBED_ONNX).json $(EMBED_FP16)
 	rm -rf model_repository/*/1/*.plan model_repository/*/1/*.plan.* model_repository/*/1/timing.cache* \
 		model_repository/*/1/ort-trt-cache

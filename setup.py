@@ -27,6 +27,7 @@ TARGET = Path("tritonprep", "model_repository")
 NETWORKS = (
     "classifier/1/model.onnx",
     "classifier/1/model.fp16.onnx",
+    "classifier/1/model.fp16.nhwc.onnx",
     "embedder/1/model.onnx",
     "embedder/1/model.fp16.onnx",
 )

@@ -10,7 +10,9 @@ and output ``logits`` [N,1000].
 After exporting, the script checks ONNX Runtime against PyTorch on a real photo and
 refuses to leave a file behind that disagrees. Beside it, it writes ``model.fp16.onnx``: the
 same network with FP16 weights and math and FP32 input and output (ONNX Runtime's float16
-converter), which the GPU runtime runs by default; it must give the same top-1 on the photos.
+converter), which the GPU runtime runs by default; it must give the same top-1 on the photos; and
+``model.fp16.nhwc.onnx``: that variant taking its input FP16 channel-last [N,224,224,3], which the
+GPU config (configs/gpu.pbtxt) serves; it must give the FP16 variant's outputs on the same pixels.
 It skips the export when the outputs exist and were made from the same weights by the same
 script version.
 
@@ -28,8 +30,10 @@ from pathlib import Path
 from scripts.onnx_export import (
     checked_classifier_export,
     classifier_fp16,
+    classifier_nhwc,
     fp16_path,
     main,
+    nhwc_path,
     sample_photos,
     sha256,
     up_to_date,
@@ -38,7 +42,7 @@ from scripts.onnx_export import (
 
 log = logging.getLogger("export_classifier")
 
-EXPORT_VERSION = 2  # bump when the export procedure changes (2: the FP16 variant)
+EXPORT_VERSION = 3  # bump when the export procedure changes (2: the FP16 variant; 3: its channel-last input)
 DEFAULT_OUTPUT = Path(__file__).resolve().parent.parent / "model_repository" / "classifier" / "1" / "model.onnx"
 
 
@@ -54,11 +58,11 @@ def load_model():  # -> (torch.nn.Module, Path of the weights)
 
 
 def export(output: Path, opset: int) -> None:
-    """Export the classifier and its FP16 variant to ``output`` unless they are up to date; check both."""
+    """Export the classifier and its FP16 variants to ``output`` unless they are up to date; check each."""
     model, weights = load_model()
     source = {"export_version": EXPORT_VERSION, "weights_sha256": sha256(weights), "opset": opset}
-    fp16_file = fp16_path(output)
-    if up_to_date(output, source, fp16_file):
+    fp16_file, nhwc_file = fp16_path(output), nhwc_path(output)
+    if up_to_date(output, source, fp16_file, nhwc_file):
         log.info("%s is up to date (same weights and export version); nothing to do", output)
         return
 
@@ -68,10 +72,14 @@ def export(output: Path, opset: int) -> None:
         tmp_path = Path(tmp) / "model.onnx"
         got, diff = checked_classifier_export(model, x, tmp_path, opset)
         fp16_diff = classifier_fp16(tmp_path, Path(tmp) / "model.fp16.onnx", x, got)
+        nhwc_diff = classifier_nhwc(Path(tmp) / "model.fp16.onnx", Path(tmp) / "model.fp16.nhwc.onnx", x)
         tmp_path.replace(output)
         (Path(tmp) / "model.fp16.onnx").replace(fp16_file)
-    write_record(output, source, max_abs_diff_vs_torch=diff, fp16_max_abs_prob_diff=fp16_diff)
-    log.info("wrote %s (%.1f MB) and %s", output, output.stat().st_size / 1e6, fp16_file.name)
+        (Path(tmp) / "model.fp16.nhwc.onnx").replace(nhwc_file)
+    write_record(
+        output, source, max_abs_diff_vs_torch=diff, fp16_max_abs_prob_diff=fp16_diff, nhwc_max_abs_logit_diff=nhwc_diff
+    )
+    log.info("wrote %s (%.1f MB), %s and %s", output, output.stat().st_size / 1e6, fp16_file.name, nhwc_file.name)
 
 
 if __name__ == "__main__":

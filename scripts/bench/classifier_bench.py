@@ -1,7 +1,7 @@
 """The classifier alone, in one process, and the pipelines a user could build instead.
 
     python -m scripts.bench.classifier_bench ort  --out ort.json     # ONNX Runtime CUDA EP variants
-        [--fuse-conv-bias 0,1] [--nhwc-input .cache/networks/classifier/model.fp16.nhwc.onnx]
+        [--fuse-conv-bias 0,1] [--nhwc-input model_repository/classifier/1/model.fp16.nhwc.onnx]
     python -m scripts.bench.classifier_bench dali --out dali.json --images DIR   # DALI -> the same ORT runtime
         [--dali-best '{"batch": 128, "threads": 4, "hw_decoder_load": 0.9, "prefetch": 1}']
     python -m scripts.bench.classifier_bench memory --out mem.json  # GPU memory and start time by option
@@ -74,10 +74,10 @@ def timed(fn: Any, seconds: float, min_reps: int = 20) -> list[float]:
 
 def ort_rows(seconds: float, eps: Sequence[Any] = (None,), nhwc_input: Path | None = None) -> list[dict[str, Any]]:
     """Every variant of :data:`VARIANTS` with the first CUDA EP options of ``eps``; the FP16 NHWC ones again with
-    each of the others (e.g. ``fuse_conv_bias`` on); with ``nhwc_input`` (``scripts.export_nhwc_input``'s network:
-    FP16 NHWC in), with each of ``eps``, the FP16 NHWC CUDA-graph variant on it fed FP16 NHWC pixels, and beside it
-    the shipped FP16 network fed FP16 NCHW pixels, as the server's preprocessing feeds it (the runtime casts them
-    into its FP32 input)."""
+    each of the others (e.g. ``fuse_conv_bias`` on); with ``nhwc_input`` (``make model``'s ``model.fp16.nhwc.onnx``:
+    FP16 NHWC in, what the GPU config serves), with each of ``eps``, the FP16 NHWC CUDA-graph variant on it fed FP16
+    NHWC pixels, and beside it the FP16 network fed FP16 NCHW pixels, as the server fed it before (the runtime casts
+    them into its FP32 input)."""
     import cupy as cp
 
     from tritonprep.classifier.ort_cuda import OrtCudaRuntime
@@ -395,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--nhwc-input",
         type=Path,
-        help="ort: the FP16 NHWC-input network of scripts.export_nhwc_input, measured beside the others",
+        help="ort: the FP16 NHWC-input network (make model's model.fp16.nhwc.onnx), measured beside the others",
     )
     parser.add_argument(
         "--cache",

@@ -39,9 +39,8 @@ log = logging.getLogger("gpu_time")
 
 ROOT = Path(__file__).resolve().parents[2]
 REPOSITORY = ROOT / "model_repository"
-NETWORK = REPOSITORY / "classifier" / "1" / "model.fp16.onnx"
+ONNX = REPOSITORY / "classifier" / "1" / "model.onnx"
 NETWORK_BATCH = 64
-DIMS = (3, 224, 224)
 #: nvImageCodec's colour specs the ``decode`` part may ask for (``nvimgcodec.ColorSpec`` names)
 COLOR_SPECS = ("SRGB", "SYCC", "GRAY")
 #: the trace's categories of GPU work
@@ -71,11 +70,22 @@ def make_executor() -> Any:
     return GpuExecutor(pixels_config(), 0)
 
 
-def make_network() -> Any:
-    """The classifier as the shipped config runs it: FP16 NHWC, CUDA graphs, one bucket of :data:`NETWORK_BATCH`."""
-    from tritonprep.classifier.ort_cuda import OrtCudaRuntime
+def network_dims() -> tuple[int, ...]:
+    """The classifier's input as its shipped GPU config declares it (FP16 channel-last: what PIXELS is)."""
+    from tritonprep.launcher.served import read_models
 
-    return OrtCudaRuntime(NETWORK, DIMS, buckets=(NETWORK_BATCH,), nhwc=True, cuda_graphs=True)
+    config = next(mf.config for mf in read_models(REPOSITORY, "gpu") if mf.model == "classifier")
+    return tuple(int(d) for d in config.input[0].dims)
+
+
+def make_network() -> Any:
+    """The classifier as the shipped GPU config runs it (its network file for that input, FP16, NHWC inside, CUDA
+    graphs), one bucket of :data:`NETWORK_BATCH`."""
+    from tritonprep.classifier.ort_cuda import OrtCudaRuntime
+    from tritonprep.classifier.runtimes import model_file
+
+    dims = network_dims()
+    return OrtCudaRuntime(model_file(ONNX, "fp16", dims), dims, buckets=(NETWORK_BATCH,), nhwc=True, cuda_graphs=True)
 
 
 def union_us(intervals: list[tuple[float, float]]) -> float:
@@ -161,7 +171,7 @@ def kernels(torch_site: str, batches: list[list[bytes]], runs: int) -> list[dict
     rows.append({"part": "kernels", "stage": "preprocess", **summarize_trace(events, runs * len(batches[0]), wall)})
     ex.close()
     rt = make_network()
-    x = cp.random.standard_normal((NETWORK_BATCH, *DIMS), dtype=cp.float32)
+    x = cp.random.standard_normal((NETWORK_BATCH, *rt.input_dims), dtype=cp.float32).astype(cp.float16)
     events, wall = traced(lambda: rt.infer(x), runs)
     rows.append({"part": "kernels", "stage": "network", **summarize_trace(events, runs * NETWORK_BATCH, wall)})
     rt.close()
@@ -266,7 +276,7 @@ def overlap(batches: list[list[bytes]], threads: list[int], seconds: float) -> l
 
     rt = make_network()  # on this thread: its CUDA graphs were captured here
     executors = [make_executor() for _ in range(max(threads))]
-    x = cp.random.standard_normal((NETWORK_BATCH, *DIMS), dtype=cp.float32)
+    x = cp.random.standard_normal((NETWORK_BATCH, *rt.input_dims), dtype=cp.float32).astype(cp.float16)
 
     def network_step() -> int:
         rt.infer(x)

@@ -26,6 +26,7 @@ WRITTEN_BESIDE_MODELS = ("__pycache__", "*.pyc", "*.plan", "*.plan.*", "timing.c
 NETWORKS = (
     "classifier/1/model.onnx",
     "classifier/1/model.fp16.onnx",
+    "classifier/1/model.fp16.nhwc.onnx",
     "embedder/1/model.onnx",
     "embedder/1/model.fp16.onnx",
 )

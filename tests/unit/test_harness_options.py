@@ -211,9 +211,9 @@ def test_the_main_repository_copies_the_shipped_gpu_config(tmp_path):
     assert f"count: {repos.instance_count(shipped)}, kind: KIND_GPU" in null
     assert "max_queue_delay_microseconds: 500" in null
     assert _group(repo / "sink" / "config.pbtxt") == "instance_group [ { count: 2, kind: KIND_GPU } ]"
-    # PIXELS as the GPU config makes it (FP16): what the sink reads and null_prep makes
+    # PIXELS as the GPU config makes it (FP16 channel-last): what the sink reads and null_prep makes
     for model in ("sink", "null_prep"):
-        assert "data_type: TYPE_FP16 dims: [ 3, 224, 224 ]" in (repo / model / "config.pbtxt").read_text()
+        assert "data_type: TYPE_FP16 dims: [ 224, 224, 3 ]" in (repo / model / "config.pbtxt").read_text()
     assert repos.SHIPPED_GPU_CONFIG.read_text() == shipped
 
 

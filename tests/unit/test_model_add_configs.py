@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,11 @@ def lite0(name: str, kind: str = "classifier", **kw: object) -> Network:
     return Network(name, kind, spec, "input", output, width, fp16=True, **{**top, **kw})  # type: ignore[arg-type]
 
 
+def channel_last(net: Network) -> Network:
+    """``net`` described with an NHWC input."""
+    return replace(net, spec=replace(net.spec, layout="NHWC"))
+
+
 def shipped(relative: str) -> object:
     return without_tuned(read_config(SHIPPED / relative))
 
@@ -62,7 +68,11 @@ EMBED = {"embed_network": "embedder"}
 #: each shipped config, and how `model add` builds it: ``(config, names)`` from the shipped networks' descriptions
 PARITY = {
     "classifier/config.pbtxt": lambda c, e: (configs.network_config(c, gpu=False), CLASSIFY),
-    "classifier/configs/gpu.pbtxt": lambda c, e: (configs.network_config(c, gpu=True, half_input=True), CLASSIFY),
+    # the shipped GPU classifier takes its input channel-last (it runs make model's model.fp16.nhwc.onnx)
+    "classifier/configs/gpu.pbtxt": lambda c, e: (
+        configs.network_config(channel_last(c), gpu=True, half_input=True),
+        CLASSIFY,
+    ),
     "classifier/configs/tensorrt.pbtxt": lambda c, e: (configs.container_config(c, "tensorrt"), CLASSIFY),
     "classifier/configs/onnxruntime.pbtxt": lambda c, e: (configs.container_config(c, "onnxruntime"), CLASSIFY),
     "classify/config.pbtxt": lambda c, e: (configs.ensemble_config(c), CLASSIFY),
@@ -158,8 +168,9 @@ def test_the_preprocess_output_is_appended_to_every_config_and_comments_stay(rep
         spec = config.spec("MY_NET_PIXELS")
         assert (spec.output_shape, spec.resize_shorter, spec.mean[0], spec.std) == ((260, 260, 3), 292, 123.675,
                                                                                       (58.4,) * 3)  # fmt: skip
-        dtype = "FP16" if path.name == "gpu.pbtxt" else "FP32"
-        assert config.spec("PIXELS") == OutputSpec(dtype=dtype)  # the classifier's input as it was
+        gpu = path.name == "gpu.pbtxt"
+        # the classifier's input as it was: FP16 channel-last in the GPU config
+        assert config.spec("PIXELS") == OutputSpec(dtype="FP16", layout="NHWC") if gpu else OutputSpec(dtype="FP32")
         assert config.spec("MY_NET_PIXELS").dtype == "FP32"  # its network's input, whatever the config's default
         assert {"MY_NET_PIXELS_SCALE", "MY_NET_PIXELS_PADDING"} <= set(config.provenance)
     assert (repository / "preprocess" / "configs" / "onnxruntime.pbtxt").is_symlink()

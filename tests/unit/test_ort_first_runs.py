@@ -79,7 +79,7 @@ def test_without_tensorrt_the_other_warm_up_is_left_to_overlap_onnx_runtime(monk
 
     monkeypatch.setattr(runtimes, "OrtCudaRuntime", FakeOrtCuda)
     monkeypatch.setattr(runtimes, "cuda_provider_available", lambda ort: True)
-    monkeypatch.setattr(runtimes, "model_file", lambda path, precision: path)
+    monkeypatch.setattr(runtimes, "model_file", lambda path, precision, dims: path)
     onnx = tmp_path / "model.onnx"
     onnx.write_bytes(b"")
     runtimes.load_runtime(onnx, (3, 224, 224), use_gpu=True, meanwhile=lambda: calls.append("warm-up"))

@@ -100,3 +100,39 @@ def test_run_options_leave_the_stream_to_the_runtime_and_name_the_default_graph(
     assert options.get_run_config_entry("disable_synchronize_execution_providers") == "1"
     # ONNX Runtime's Python run_with_iobinding reads this on every run: a missing entry raises inside the lookup
     assert options.get_run_config_entry("gpu_graph_id") == "0"
+
+
+NHWC = (224, 224, 3)
+
+
+def test_a_channel_last_input_runs_the_channel_last_variant_and_names_what_is_missing(tmp_path):
+    onnx = tmp_path / "model.onnx"
+    onnx.write_bytes(b"x")
+    (tmp_path / "model.fp16.onnx").write_bytes(b"x")
+    with pytest.raises(ConfigError, match=r"\[224, 224, 3\].*model\.fp16\.nhwc\.onnx.*missing: `make model`"):
+        model_file(onnx, "fp16", NHWC)
+    (tmp_path / "model.fp16.nhwc.onnx").write_bytes(b"x")
+    assert model_file(onnx, "fp16", NHWC) == tmp_path / "model.fp16.nhwc.onnx"
+    assert model_file(onnx, "fp16", DIMS) == tmp_path / "model.fp16.onnx"  # NCHW: as before
+    with pytest.raises(ConfigError, match="precision fp16"):
+        model_file(onnx, "fp32", NHWC)
+
+
+def test_tensorrt_asked_for_a_channel_last_input_is_refused_by_name():
+    with pytest.raises(ConfigError, match=r"runtime=tensorrt .* declare the input NCHW, not \[224, 224, 3\]"):
+        load_runtime(ONNX, NHWC, prefer="tensorrt", use_gpu=True, max_batch=8)
+
+
+def test_a_gpu_config_instance_on_the_cpu_takes_its_channel_last_fp16_rows():
+    """The GPU config declares FP16 NHWC; an instance that falls back to the CPU runs model.onnx (NCHW FP32) on the
+    same rows transposed: the logits of the NCHW rows."""
+    ort = pytest.importorskip("onnxruntime")
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("this machine has ONNX Runtime's GPU build")
+    pixels = np.random.default_rng(0).standard_normal((2, *DIMS)).astype(np.float16)
+    nchw = load_runtime(ONNX, DIMS, use_gpu=False, max_batch=8)
+    nhwc = load_runtime(ONNX, NHWC, use_gpu=True, max_batch=8)
+    assert nhwc.name == "onnxruntime-cpu"
+    want = nchw.infer(pixels.astype(np.float32))
+    got = nhwc.infer_many([pixels[:1].transpose(0, 2, 3, 1), pixels[1:].transpose(0, 2, 3, 1)])
+    np.testing.assert_array_equal(got, want)

@@ -195,8 +195,8 @@ def test_a_choice_is_checked_once_in_code_as_in_config():
 
 
 def test_the_gpu_config_is_the_default_one_with_gpu_instances_and_batching():
-    """configs/gpu.pbtxt (picked on GPU machines) changes only instances and batching, and hands the networks FP16;
-    the container's configs are the same in FP32 (its networks' input type)."""
+    """configs/gpu.pbtxt (picked on GPU machines) changes only instances and batching, and hands the networks FP16,
+    the classifier's channel-last; the container's configs are the same in FP32 NCHW (its networks' input)."""
     default = load_config(REPO / "preprocess" / "config.pbtxt")
     gpu = load_config(REPO / "preprocess" / "configs" / "gpu.pbtxt")
     container = load_config(REPO / "preprocess" / "configs" / "tensorrt.pbtxt")
@@ -205,8 +205,11 @@ def test_the_gpu_config_is_the_default_one_with_gpu_instances_and_batching():
     images = [o for o in gpu.output if o.name in ("PIXELS", "EMBED_PIXELS")]
     assert [o.data_type for o in images] == [model_config_pb2.DataType.TYPE_FP16] * 2
     assert gpu.parameters["dtype"].string_value == "FP16"
+    assert [list(o.dims) for o in images] == [[224, 224, 3], [3, 224, 224]]
+    assert gpu.parameters.pop("PIXELS.layout").string_value == "NHWC"
     for o in images:
         o.data_type = model_config_pb2.DataType.TYPE_FP32
+        o.dims[:] = [3, 224, 224]
     gpu.parameters["dtype"].string_value = "FP32"
     for cfg in (default, gpu, container):
         cfg.ClearField("instance_group")
@@ -224,8 +227,13 @@ def test_the_classifier_gpu_config_changes_only_instances_and_batching():
     # preferred sizes are whole multiples of the largest batch bucket (full CUDA graphs under load)
     largest = int(gpu.parameters["batch_buckets"].string_value.split(",")[-1])
     assert list(gpu.dynamic_batching.preferred_batch_size) == [largest, 2 * largest]
-    assert gpu.input[0].data_type == model_config_pb2.DataType.TYPE_FP16  # as the GPU preprocess makes PIXELS
+    # as the GPU preprocess makes PIXELS: FP16 channel-last (the runtime runs model.fp16.nhwc.onnx for it)
+    assert gpu.input[0].data_type == model_config_pb2.DataType.TYPE_FP16 and list(gpu.input[0].dims) == [224, 224, 3]
+    preprocess = load_config(REPO / "preprocess" / "configs" / "gpu.pbtxt")
+    pixels = next(o for o in preprocess.output if o.name == "PIXELS")
+    assert (pixels.data_type, pixels.dims) == (gpu.input[0].data_type, gpu.input[0].dims)
     gpu.input[0].data_type = model_config_pb2.DataType.TYPE_FP32
+    gpu.input[0].dims[:] = [3, 224, 224]
     for cfg in (default, gpu):
         cfg.ClearField("instance_group")
         cfg.dynamic_batching.ClearField("max_queue_delay_microseconds")

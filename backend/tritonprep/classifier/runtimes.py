@@ -42,10 +42,15 @@ PRECISIONS = ("fp16", "fp32")
 LAYOUTS = ("nhwc", "nchw")
 #: the FP16 variant of ``model.onnx`` that ``make model`` writes beside it
 FP16_SUFFIX = ".fp16.onnx"
+#: its variant with a channel-last FP16 input (``make model``): what a GPU config declaring ``[H, W, C]`` runs
+NHWC_FP16_SUFFIX = ".fp16.nhwc.onnx"
+#: channel-last rows to the NCHW that ``model.onnx`` takes
+TO_NCHW = (0, 3, 1, 2)
 
 
 class Runtime(Protocol):
-    """A loaded network: takes NCHW batches (numpy or CuPy), returns logits."""
+    """A loaded network: takes batches (numpy or CuPy) as its config declares them, NCHW or channel-last (see
+    :func:`model_file`), returns logits."""
 
     name: str
     on_gpu: bool
@@ -264,7 +269,7 @@ class OrtCpuRuntime:
     name = "onnxruntime-cpu"
     on_gpu = False
 
-    def __init__(self, onnx_path: Path, threads: int = 0) -> None:
+    def __init__(self, onnx_path: Path, threads: int = 0, input_dims: Sequence[int] = ()) -> None:
         t0 = time.perf_counter()
         ort = import_onnxruntime()
         options = ort.SessionOptions()
@@ -273,8 +278,14 @@ class OrtCpuRuntime:
         self.session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
         self.input_name = self.session.get_inputs()[0].name
         self.output_name = self.session.get_outputs()[0].name
+        #: a channel-last config over an NCHW network (a GPU config's instance on the CPU): rows are transposed
+        self.to_network = TO_NCHW if channels_last(input_dims) and not channels_last(self.session_dims()) else None
         #: seconds of each start-up phase (the instance report's)
         self.timings = {"session": time.perf_counter() - t0}
+
+    def session_dims(self) -> tuple[Any, ...]:
+        """The network's input dims without the batch axis (sizes, or names of dynamic axes)."""
+        return tuple(self.session.get_inputs()[0].shape[1:])
 
     def close(self) -> None:
         """Release the session (nothing on a GPU: dropping it is enough)."""
@@ -284,6 +295,8 @@ class OrtCpuRuntime:
         """Logits of ``batch``; GPU inputs are copied to the host."""
         if not isinstance(batch, np.ndarray):
             batch = batch.get()
+        if self.to_network is not None:
+            batch = batch.transpose(self.to_network)
         batch = np.ascontiguousarray(batch, dtype=np.float32)
         return self.session.run([self.output_name], {self.input_name: batch})[0]
 
@@ -294,15 +307,33 @@ class OrtCpuRuntime:
         return logits if then is None else then(logits)
 
 
-def model_file(onnx_path: Path, precision: str) -> Path:
-    """The ONNX file of ``precision``: ``model.onnx`` or its FP16 variant beside it.
+def channels_last(dims: Sequence[Any]) -> bool:
+    """Whether a network input's dims (without the batch axis) are an image's height, width and channels (1 or 3)."""
+    return len(dims) == 3 and dims[-1] in (1, 3) and dims[0] not in (1, 3)
 
-    Without an FP16 variant the network runs in FP32, with a log line saying so (a network exported
-    without one, such as the embedder, still loads).
+
+def model_file(onnx_path: Path, precision: str, input_dims: Sequence[int] = ()) -> Path:
+    """The ONNX file a GPU runtime runs for ``precision`` and the config's ``input_dims``: ``model.onnx``, its FP16
+    variant beside it, or for a channel-last input (``[224, 224, 3]``: the GPU config's, so that the preprocessing
+    writes what the network reads) the FP16 variant that takes FP16 NHWC (``model.fp16.nhwc.onnx``).
+
+    Without an FP16 variant an NCHW network runs in FP32, with a log line saying so (a network exported
+    without one, such as the embedder, still loads). A channel-last input needs its variant: none is an error.
     """
+    stem = onnx_path.name.removesuffix(".onnx")
+    if channels_last(input_dims):
+        nhwc = onnx_path.with_name(stem + NHWC_FP16_SUFFIX)
+        if precision != "fp16" or not nhwc.is_file():
+            raise ConfigError(
+                f"the config declares a channel-last input {list(input_dims)}, which the GPU runtime runs as "
+                f"{nhwc.name} beside {onnx_path.name} with precision fp16"
+                + ("" if nhwc.is_file() else " (missing: `make model` writes it)")
+                + "; or declare the input NCHW as config.pbtxt does"
+            )
+        return nhwc
     if precision == "fp32":
         return onnx_path
-    fp16 = onnx_path.with_name(onnx_path.name.removesuffix(".onnx") + FP16_SUFFIX)
+    fp16 = onnx_path.with_name(stem + FP16_SUFFIX)
     if not fp16.is_file():
         log.warning(
             "%s has no FP16 variant (%s); running FP32 (`make model` writes it for the classifier)",
@@ -356,7 +387,14 @@ def load_runtime(
         raise ConfigError(f"runtime must be one of {RUNTIME_CHOICES}, got {prefer!r}")
     if not onnx_path.is_file():
         raise ConfigError(f"{onnx_path} does not exist; run `make model` (scripts/export_classifier.py) to export it")
-    if prefer in ("auto", "tensorrt") and use_gpu:
+    if prefer in ("auto", "tensorrt") and use_gpu and channels_last(input_dims):
+        if prefer == "tensorrt":
+            raise ConfigError(
+                f"runtime=tensorrt builds its engine from {onnx_path.name} (NCHW): declare the input NCHW, not "
+                f"{list(input_dims)}"
+            )
+        log.info("TensorRT runtime not used: the config declares a channel-last input %s", list(input_dims))
+    elif prefer in ("auto", "tensorrt") and use_gpu:
         from .tensorrt import TensorRTRuntime
 
         try:
@@ -376,7 +414,7 @@ def load_runtime(
         if cuda_provider_available(ort):
             try:
                 return OrtCudaRuntime(
-                    model_file(onnx_path, options.precision),
+                    model_file(onnx_path, options.precision, input_dims),
                     input_dims,
                     device_id=device_id,
                     buckets=options.batch_buckets,
@@ -400,7 +438,7 @@ def load_runtime(
     if meanwhile is not None:
         meanwhile()
     threads = int(os.environ.get("TRITONPREP_ORT_THREADS", "0"))
-    return OrtCpuRuntime(onnx_path, threads)
+    return OrtCpuRuntime(onnx_path, threads, input_dims)
 
 
 if __name__ == "__main__":

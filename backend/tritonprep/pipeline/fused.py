@@ -111,10 +111,6 @@ class FusedClassifyModel:
             options = RuntimeOptions.from_parameters({**net_params, PARAMETER: str(budget)}, max_batch)
         prep_config = PreprocessConfig.from_parameters(prep_params, [PIXELS])
         spec = prep_config.spec(PIXELS)
-        if spec.layout != "NCHW" or spec.dtype != "FP32":
-            raise ConfigError(
-                f"the network takes FP32 NCHW input; the preprocess parameters give {spec.dtype} {spec.layout}"
-            )
         # the preprocessing warms up (its decoders' first call: seconds) while the network's buckets take their
         # first runs on a thread; the network's CUDA-graph captures wait for both (a capture needs the process)
         self.prep = PreprocessStage(prep_config, args, input_name, warm_up=False)

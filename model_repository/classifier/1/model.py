@@ -1,6 +1,7 @@
 """Triton Python-backend model `classifier` (embedded mode): EfficientNet-Lite0 on the best runtime.
 
-Thin by design: `model.onnx` (or its FP16 variant `model.fp16.onnx`) from this version folder on
+Thin by design: `model.onnx` (or its FP16 variant `model.fp16.onnx`, or with configs/gpu.pbtxt's channel-last
+FP16 input `model.fp16.nhwc.onnx`) from this version folder on
 TensorRT, ONNX Runtime's CUDA EP or ONNX Runtime on the CPU, answering `logits` and the top-k
 predictions SCORES, CLASS_IDS and LABELS (computed where the logits are), lives in the `tritonprep`
 library (tritonprep.pipeline.networks.ClassifierModel). The container mode serves the network with

@@ -175,13 +175,13 @@ def make_repo(
     sink_cfg = dest / "sink" / "config.pbtxt"
     if "sink" in sinks:
         sink_cfg.write_text(with_instances(sink_cfg.read_text(), 2, kind))
-    # PIXELS as preprocess makes it (FP16 in the GPU config): the sink reads it, null_prep stands in for it
-    pixels = re.search(r'name: "PIXELS"\s*data_type: (TYPE_\w+)', text)
+    # PIXELS as preprocess makes it (FP16 NHWC in the GPU config): the sink reads it, null_prep stands in for it
+    pixels = re.search(r'name: "PIXELS"\s*data_type: (TYPE_\w+)\s*dims: (\[[^]]*\])', text)
     for cfg in (sink_cfg, null_cfg):
         if cfg.is_file():
             cfg.write_text(
                 cfg.read_text().replace(
-                    "data_type: TYPE_FP32 dims: [ 3, 224, 224 ]", f"data_type: {pixels[1]} dims: [ 3, 224, 224 ]"
+                    "data_type: TYPE_FP32 dims: [ 3, 224, 224 ]", f"data_type: {pixels[1]} dims: {pixels[2]}"
                 )
             )
     if with_classify:

@@ -16,8 +16,10 @@ from tritonprep.triton.tensors import bytes_input, output_tensor
 class TritonPythonModel:
     def initialize(self, args):
         config = model_config(args)
-        declared = next(o["data_type"] for o in config["output"] if o["name"] == "PIXELS")
-        self.dtype = cupy.float16 if declared == "TYPE_FP16" else cupy.float32  # as the preprocess it stands in for
+        declared = next(o for o in config["output"] if o["name"] == "PIXELS")
+        # as the preprocess it stands in for: FP16 NHWC in the GPU config, FP32 NCHW in the CPU one
+        self.dtype = cupy.float16 if declared["data_type"] == "TYPE_FP16" else cupy.float32
+        self.dims = tuple(int(d) for d in declared["dims"])
         self.device = cupy.cuda.Device(int(args["model_instance_device_id"]))
         self.stream = cupy.cuda.Stream(non_blocking=True)
         self.requests = RequestIsolation(args["model_name"], self.read, [row_batched(self.run)], self.respond)
@@ -31,7 +33,7 @@ class TritonPythonModel:
     def run(self, inputs):
         n = sum(len(x) for x in inputs)
         with self.device, self.stream:
-            out = cupy.empty((-(-max(n, 1) // 16) * 16, 3, 224, 224), dtype=self.dtype)[:n]
+            out = cupy.empty((-(-max(n, 1) // 16) * 16, *self.dims), dtype=self.dtype)[:n]
         self.stream.synchronize()
         return (out,)
 
