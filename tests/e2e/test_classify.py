@@ -46,9 +46,11 @@ def test_preprocessed_tensor_equals_independent_reference(server, client, jpegs,
     images = [jpegs["chelsea"], encode(photos["coffee"], "PNG"), jpegs["astronaut"]]
     got = client.preprocess(images)
     on_gpu = "GPU executor on device" in server.log_path.read_text()
-    # FP16 from the GPU config (the networks run in FP16; half the bytes between the steps), FP32 on the CPU
-    assert got.shape == (3, 3, 224, 224) and got.dtype == (np.float16 if on_gpu else np.float32)
-    got = got.astype(np.float32)
+    # FP16 channel-last from the GPU config (the network runs in FP16 NHWC; half the bytes between the steps), FP32
+    # NCHW on the CPU
+    assert got.shape == ((3, 224, 224, 3) if on_gpu else (3, 3, 224, 224))
+    assert got.dtype == (np.float16 if on_gpu else np.float32)
+    got = got.astype(np.float32).transpose(0, 3, 1, 2) if on_gpu else got
     for i, data in enumerate(images):
         want = reference_pixels(data)
         if on_gpu:  # GPU decode + kernel: within one uint8 level and FP16's rounding (tests/gpu: the tight checks)

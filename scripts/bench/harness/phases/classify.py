@@ -1,7 +1,8 @@
 """Phase ``classify``: the whole job, JPEG in, predictions out.
 
 Once per run (one process each): the classifier alone (ONNX Runtime CUDA EP variants, the FP16 NHWC ones
-with and without ``fuse_conv_bias``: ``scripts.bench.classifier_bench ort``), the network ceiling in PyTorch
+with and without ``fuse_conv_bias``, and the channel-last FP16 network the GPU config serves beside the FP16 one fed
+FP16 NCHW: ``scripts.bench.classifier_bench ort``; the goals read the best at batch 64), the network ceiling in PyTorch
 (``--torch-python``) and the pipeline a user would hand-roll (DALI feeding the same ONNX Runtime runtime). Per
 server setting: the ``classify`` ensemble and the one-process ``classify_fused`` side by side on one server, point
 by point, at 1, 8 and 32 images/request (``--points goals``: the points the goals read), and beside them
@@ -18,7 +19,7 @@ import os
 import sys
 
 from ..external import run_json_lines
-from ..repos import HERE, NULL_CLASSIFY_MODELS, make_repo
+from ..repos import HERE, NULL_CLASSIFY_MODELS, SOURCE, make_repo
 from ..run import Run
 from ..settings import Setting
 
@@ -28,6 +29,10 @@ CLASSIFY_POINTS = [(1, [1]), (1, [16, 64]), (8, [16, 64]), (32, [8, 16])]
 GOAL_POINTS = [(1, [1]), (8, [64]), (32, [8, 16])]
 
 
+#: the classifier the GPU config serves (FP16, channel-last input; ``make model``)
+SERVED_NETWORK = SOURCE / "classifier" / "1" / "model.fp16.nhwc.onnx"
+
+
 def _classifier_bench(*args: str) -> list[str]:
     return [sys.executable, "-m", "scripts.bench.classifier_bench", *args, "--out", "{out}"]
 
@@ -35,7 +40,8 @@ def _classifier_bench(*args: str) -> list[str]:
 def once(run: Run, args: argparse.Namespace) -> None:
     """The classifier alone, PyTorch's ceiling, DALI feeding ONNX Runtime."""
     if "classifier" not in args.skip:
-        run.add_rows(run_json_lines(_classifier_bench("ort", "--fuse-conv-bias", "0,1")))
+        served = ["--nhwc-input", str(SERVED_NETWORK)] if SERVED_NETWORK.is_file() else []
+        run.add_rows(run_json_lines(_classifier_bench("ort", "--fuse-conv-bias", "0,1", *served)))
     if args.torch_python and "torch" not in args.skip:
         run.add_rows(run_json_lines([args.torch_python, str(HERE / "torch_ceiling.py")],
                                     env={"PYTHONPATH": os.environ.get("TORCH_EXTRA_PATH", "")}))  # fmt: skip
