@@ -172,8 +172,7 @@ def nhwc_fp16_input(model: Any) -> Any:
     cast = casts[0]
     if helper.get_attribute_value(next(a for a in cast.attribute if a.name == "to")) != TensorProto.FLOAT16:
         raise NotConvertible(f"the input's cast {cast.name!r} is not to FP16")
-    batch = dims[0].dim_param or dims[0].dim_value
-    channels, height, width = (d.dim_value for d in dims[1:])
+    batch, channels, height, width = (d.dim_param or d.dim_value or None for d in dims)  # names of dynamic axes kept
     transpose = helper.make_node("Transpose", [inp.name], list(cast.output), name="input_nhwc_to_nchw", perm=TO_NCHW)
     graph.node.remove(cast)
     graph.node.insert(0, transpose)  # first: the FP16 converter appended the cast after its readers

@@ -81,7 +81,7 @@ def ort_rows(seconds: float, eps: Sequence[Any] = (None,), nhwc_input: Path | No
     import cupy as cp
 
     from tritonprep.classifier.ort_cuda import OrtCudaRuntime
-    from tritonprep.classifier.runtimes import model_file
+    from tritonprep.network_files import model_file
 
     rows = []
     rng = np.random.default_rng(0)
@@ -160,7 +160,7 @@ def _memory_row(
 
     from tritonprep.classifier.ort_cuda import OrtCudaRuntime
     from tritonprep.classifier.ort_options import CudaEpOptions
-    from tritonprep.classifier.runtimes import model_file
+    from tritonprep.network_files import model_file
 
     warm = cache_dir != "off" and any(Path(cache_dir).rglob("*.onnx"))  # kept by a cold load before this one
     cp.cuda.Device(0).use()
@@ -296,7 +296,7 @@ def dali_rows(folder: Path, seconds: float, best: dict[str, Any] | None = None) 
 
     from scripts.bench.dali_bench import build
     from tritonprep.classifier.ort_cuda import OrtCudaRuntime
-    from tritonprep.classifier.runtimes import model_file
+    from tritonprep.network_files import model_file
 
     jpegs = [np.frombuffer(p.read_bytes(), dtype=np.uint8) for p in sorted(folder.glob("*.jpg"))]
     rows = []

@@ -82,7 +82,7 @@ def make_network() -> Any:
     """The classifier as the shipped GPU config runs it (its network file for that input, FP16, NHWC inside, CUDA
     graphs), one bucket of :data:`NETWORK_BATCH`."""
     from tritonprep.classifier.ort_cuda import OrtCudaRuntime
-    from tritonprep.classifier.runtimes import model_file
+    from tritonprep.network_files import model_file
 
     dims = network_dims()
     return OrtCudaRuntime(model_file(ONNX, "fp16", dims), dims, buckets=(NETWORK_BATCH,), nhwc=True, cuda_graphs=True)

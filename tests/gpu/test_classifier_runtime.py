@@ -50,7 +50,7 @@ def upload(cp, array):
 @pytest.fixture(scope="module", params=["fp32-nchw", "fp16-nhwc-graphs"])
 def runtime(request, ort_gpu):
     from tritonprep.classifier.ort_cuda import OrtCudaRuntime
-    from tritonprep.classifier.runtimes import model_file
+    from tritonprep.network_files import model_file
 
     precision, layout = request.param.split("-")[:2]
     rt = OrtCudaRuntime(

@@ -35,7 +35,7 @@ def batch(photos):
 
 def _runtime(onnx, **kw):
     from tritonprep.classifier.ort_cuda import OrtCudaRuntime
-    from tritonprep.classifier.runtimes import model_file
+    from tritonprep.network_files import model_file
 
     return OrtCudaRuntime(model_file(onnx, "fp16"), DIMS, device_id=0, nhwc=True, **kw)
 

@@ -23,20 +23,23 @@ ALLOWED = {
     # an instance's GPU memory budget and its start-up cache folder: read by every GPU part
     "memory": {"errors"},
     "cache": set(),
+    # the network files beside model.onnx (FP16, FP16 channel-last) and the one a config runs
+    "network_files": set(),
     "spec": {"errors", "parameters", "memory"},
     "geometry": {"errors", "spec"},
     "decode": {"errors", "spec", "cuda"},
     "kernels": {"cuda"},  # plain values only: no specs, decoders or Triton
     "executors": {"errors", "cuda", "spec", "geometry", "decode", "kernels", "memory", "cache"},
-    "classifier": {"errors", "cuda", "parameters", "memory", "cache", "kernels"},  # kernels: the GPU top-k
+    # kernels: the GPU top-k
+    "classifier": {"errors", "cuda", "parameters", "memory", "cache", "kernels", "network_files"},
     "triton": {"errors", "cuda", "image_errors", "reports", "memory", "spec", "geometry", "executors"},
     # memory: the syntax of gpu_memory_mb, which the budget plans with; cache: the server's CUDA driver cache folder
-    "launcher": {"errors", "reports", "memory", "cache"},
+    "launcher": {"errors", "reports", "memory", "cache", "network_files"},
     # the one wiring of the request/response layer to the networks (classify_fused, classifier, embedder)
     "pipeline": {"errors", "image_errors", "spec", "executors", "classifier", "triton", "memory"},
     # `tritonprep model add`: a network's configs from typed objects; the spec (its preprocessing) and the
     # classifier's names (labels, top-k outputs, ONNX Runtime to read the ONNX file)
-    "repository": {"errors", "spec", "classifier"},
+    "repository": {"errors", "spec", "classifier", "network_files"},
 }
 
 

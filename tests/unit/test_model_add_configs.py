@@ -170,7 +170,7 @@ def test_the_preprocess_output_is_appended_to_every_config_and_comments_stay(rep
                                                                                       (58.4,) * 3)  # fmt: skip
         gpu = path.name == "gpu.pbtxt"
         # the classifier's input as it was: FP16 channel-last in the GPU config
-        assert config.spec("PIXELS") == OutputSpec(dtype="FP16", layout="NHWC") if gpu else OutputSpec(dtype="FP32")
+        assert config.spec("PIXELS") == (OutputSpec(dtype="FP16", layout="NHWC") if gpu else OutputSpec(dtype="FP32"))
         assert config.spec("MY_NET_PIXELS").dtype == "FP32"  # its network's input, whatever the config's default
         assert {"MY_NET_PIXELS_SCALE", "MY_NET_PIXELS_PADDING"} <= set(config.provenance)
     assert (repository / "preprocess" / "configs" / "onnxruntime.pbtxt").is_symlink()

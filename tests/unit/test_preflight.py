@@ -84,6 +84,19 @@ def test_classify_fused_network_is_the_file_it_names(tmp_path):
     assert text.startswith(f"classify_fused: its network {repo / 'classifier' / '1' / 'model.onnx'} is missing")
 
 
+def test_a_channel_last_config_of_an_exported_network_needs_its_variant(tmp_path):
+    """The GPU config takes FP16 channel-last; a checkout updated without `make model` lacks the variant."""
+    repo = repository(tmp_path, "classifier")
+    shutil.copy(MODEL_REPOSITORY / "classifier" / "configs" / "gpu.pbtxt", repo / "classifier" / "config.pbtxt")
+    ok = {"find": lambda name: object()}
+    preflight.check(Host(local_options(repo)), **ok)  # no export record: a network `model add` brought, as it is
+    (repo / "classifier" / "1" / "model.onnx.json").write_text("{}")
+    variant = repo / "classifier" / "1" / "model.fp16.nhwc.onnx"
+    assert refusal(repo).startswith(f"classifier: its network {variant} is missing; run `make model`")
+    variant.touch()
+    preflight.check(Host(local_options(repo)), **ok)
+
+
 def test_no_network_runtime_names_the_models_and_the_extras(tmp_path):
     repo = repository(tmp_path, "preprocess", "classifier", "embedder")
     text = refusal(repo, onnxruntime=False, tensorrt=False)

@@ -8,8 +8,10 @@ import shutil
 import numpy as np
 import pytest
 
-from tritonprep.classifier.runtimes import RuntimeOptions, load_runtime, model_file
+from tritonprep.classifier.runtimes import RuntimeOptions, load_runtime
 from tritonprep.errors import ConfigError
+from tritonprep.network_files import channels_last, model_file
+from tritonprep_testkit.onnx_graphs import network as onnx_network
 from tritonprep_testkit.servers import ONNX
 
 DIMS = (3, 224, 224)
@@ -105,22 +107,40 @@ def test_run_options_leave_the_stream_to_the_runtime_and_name_the_default_graph(
 NHWC = (224, 224, 3)
 
 
-def test_a_channel_last_input_runs_the_channel_last_variant_and_names_what_is_missing(tmp_path):
+def test_a_channel_last_input_runs_the_channel_last_variant_where_it_is_there(tmp_path):
     onnx = tmp_path / "model.onnx"
     onnx.write_bytes(b"x")
     (tmp_path / "model.fp16.onnx").write_bytes(b"x")
-    with pytest.raises(ConfigError, match=r"\[224, 224, 3\].*model\.fp16\.nhwc\.onnx.*missing: `make model`"):
-        model_file(onnx, "fp16", NHWC)
+    # no variant: the file as the precision picks it (a network whose own input is channel-last, as `model add`'s)
+    assert model_file(onnx, "fp16", NHWC) == tmp_path / "model.fp16.onnx"
     (tmp_path / "model.fp16.nhwc.onnx").write_bytes(b"x")
     assert model_file(onnx, "fp16", NHWC) == tmp_path / "model.fp16.nhwc.onnx"
     assert model_file(onnx, "fp16", DIMS) == tmp_path / "model.fp16.onnx"  # NCHW: as before
-    with pytest.raises(ConfigError, match="precision fp16"):
-        model_file(onnx, "fp32", NHWC)
+    assert model_file(onnx, "fp32", NHWC) == onnx  # the variant is FP16
 
 
-def test_tensorrt_asked_for_a_channel_last_input_is_refused_by_name():
+@pytest.mark.parametrize(
+    ("dims", "last"),
+    [((224, 224, 3), True), ((260, 260, 1), True), ((3, 224, 224), False), ((1, 28, 28), False),
+     (("224", "224", "3"), True), (("h", "w", 3), True), ((3, "h", "w"), False), ((224, 224), False),
+     ((224, 224, 4), False)],
+)  # fmt: skip
+def test_channel_last_dims_are_an_images_height_width_and_channels(dims, last):
+    assert channels_last(dims) is last
+
+
+def test_tensorrt_asked_for_the_channel_last_variant_is_refused_by_name():
     with pytest.raises(ConfigError, match=r"runtime=tensorrt .* declare the input NCHW, not \[224, 224, 3\]"):
         load_runtime(ONNX, NHWC, prefer="tensorrt", use_gpu=True, max_batch=8)
+
+
+def test_a_channel_last_network_on_the_cpu_takes_its_rows_as_they_are(tmp_path):
+    """A network whose own input is channel-last (no transpose: the session would refuse NCHW rows)."""
+    pytest.importorskip("onnxruntime")
+    net = onnx_network(tmp_path / "model.onnx", ("batch", *NHWC), 4)
+    rt = load_runtime(net, NHWC, use_gpu=False, max_batch=8)
+    assert rt.to_network is None
+    assert rt.infer(np.ones((2, *NHWC), np.float16)).shape == (2, 4)
 
 
 def test_a_gpu_config_instance_on_the_cpu_takes_its_channel_last_fp16_rows():

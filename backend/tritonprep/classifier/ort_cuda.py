@@ -311,8 +311,9 @@ class OrtCudaRuntime:
         inp, out = session.get_inputs()[0], session.get_outputs()[0]
         if tuple(inp.shape[1:]) != self.input_dims:
             raise ConfigError(
-                f"the ONNX input {inp.name!r} is {inp.shape[1:]} per image, "
-                f"the model config says {list(self.input_dims)}"
+                f"the ONNX input {inp.name!r} is {inp.shape[1:]} per image, the model config says "
+                f"{list(self.input_dims)} (a channel-last input of an NCHW network runs its FP16 variant taking FP16 "
+                "NHWC, model.fp16.nhwc.onnx, which `make model` writes for the classifier)"
             )
         out_shape = (size, *(int(d) for d in out.shape[1:]))
         dtype = INPUT_TYPES.get(inp.type)

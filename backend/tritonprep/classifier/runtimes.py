@@ -29,6 +29,7 @@ import numpy as np
 
 from ..errors import ConfigError, RuntimeUnavailable
 from ..memory import instance_budget_mb
+from ..network_files import TO_NCHW, channels_last, model_file, nhwc_variant, runs_nhwc_variant
 from ..parameters import Parameter, check_choice, markdown_table, read_bool, read_ints, read_lower, read_whole
 from .builders import import_tensorrt
 from .engines import EngineBuildError
@@ -40,12 +41,6 @@ log = logging.getLogger(__name__)
 RUNTIME_CHOICES = ("auto", "tensorrt", "onnxruntime")
 PRECISIONS = ("fp16", "fp32")
 LAYOUTS = ("nhwc", "nchw")
-#: the FP16 variant of ``model.onnx`` that ``make model`` writes beside it
-FP16_SUFFIX = ".fp16.onnx"
-#: its variant with a channel-last FP16 input (``make model``): what a GPU config declaring ``[H, W, C]`` runs
-NHWC_FP16_SUFFIX = ".fp16.nhwc.onnx"
-#: channel-last rows to the NCHW that ``model.onnx`` takes
-TO_NCHW = (0, 3, 1, 2)
 
 
 class Runtime(Protocol):
@@ -105,10 +100,15 @@ RUNTIME_PARAMETERS: tuple[Parameter, ...] = (
         read_lower,
         "fp16",
         "fp16 or fp32: the GPU runtimes' weights and math (input and output as the ONNX file declares them: FP32 "
-        "for the exported networks); the CPU runs FP32",
+        "for the exported networks; fp16 with a channel-last input runs model.fp16.nhwc.onnx where it is there, FP16 "
+        "in); the CPU runs FP32",
     ),
     Parameter(
-        "layout", "layout", read_lower, "nhwc", "nhwc or nchw: the GPU runtime's internal layout (the input stays NCHW)"
+        "layout",
+        "layout",
+        read_lower,
+        "nhwc",
+        "nhwc or nchw: the GPU runtime's internal layout (the input is as the config declares it)",
     ),
     Parameter("cuda_graphs", "cuda_graphs", read_bool, "true", "replay each batch bucket as a CUDA graph"),
     Parameter(
@@ -307,43 +307,6 @@ class OrtCpuRuntime:
         return logits if then is None else then(logits)
 
 
-def channels_last(dims: Sequence[Any]) -> bool:
-    """Whether a network input's dims (without the batch axis) are an image's height, width and channels (1 or 3)."""
-    return len(dims) == 3 and dims[-1] in (1, 3) and dims[0] not in (1, 3)
-
-
-def model_file(onnx_path: Path, precision: str, input_dims: Sequence[int] = ()) -> Path:
-    """The ONNX file a GPU runtime runs for ``precision`` and the config's ``input_dims``: ``model.onnx``, its FP16
-    variant beside it, or for a channel-last input (``[224, 224, 3]``: the GPU config's, so that the preprocessing
-    writes what the network reads) the FP16 variant that takes FP16 NHWC (``model.fp16.nhwc.onnx``).
-
-    Without an FP16 variant an NCHW network runs in FP32, with a log line saying so (a network exported
-    without one, such as the embedder, still loads). A channel-last input needs its variant: none is an error.
-    """
-    stem = onnx_path.name.removesuffix(".onnx")
-    if channels_last(input_dims):
-        nhwc = onnx_path.with_name(stem + NHWC_FP16_SUFFIX)
-        if precision != "fp16" or not nhwc.is_file():
-            raise ConfigError(
-                f"the config declares a channel-last input {list(input_dims)}, which the GPU runtime runs as "
-                f"{nhwc.name} beside {onnx_path.name} with precision fp16"
-                + ("" if nhwc.is_file() else " (missing: `make model` writes it)")
-                + "; or declare the input NCHW as config.pbtxt does"
-            )
-        return nhwc
-    if precision == "fp32":
-        return onnx_path
-    fp16 = onnx_path.with_name(stem + FP16_SUFFIX)
-    if not fp16.is_file():
-        log.warning(
-            "%s has no FP16 variant (%s); running FP32 (`make model` writes it for the classifier)",
-            onnx_path,
-            fp16.name,
-        )
-        return onnx_path
-    return fp16
-
-
 def _once(work: Callable[[], object]) -> Callable[[], None]:
     """``work`` run at its first call only (a fallback from one runtime to the next calls it again)."""
     done: list[bool] = []
@@ -387,13 +350,17 @@ def load_runtime(
         raise ConfigError(f"runtime must be one of {RUNTIME_CHOICES}, got {prefer!r}")
     if not onnx_path.is_file():
         raise ConfigError(f"{onnx_path} does not exist; run `make model` (scripts/export_classifier.py) to export it")
-    if prefer in ("auto", "tensorrt") and use_gpu and channels_last(input_dims):
+    if prefer in ("auto", "tensorrt") and use_gpu and runs_nhwc_variant(onnx_path, options.precision, input_dims):
         if prefer == "tensorrt":
             raise ConfigError(
-                f"runtime=tensorrt builds its engine from {onnx_path.name} (NCHW): declare the input NCHW, not "
-                f"{list(input_dims)}"
+                f"runtime=tensorrt builds its engine from {onnx_path.name}, which takes NCHW: declare the input "
+                f"NCHW, not {list(input_dims)} (classify_fused: its layout parameter), or use runtime auto"
             )
-        log.info("TensorRT runtime not used: the config declares a channel-last input %s", list(input_dims))
+        log.info(
+            "TensorRT runtime not used: the channel-last input %s runs %s",
+            list(input_dims),
+            nhwc_variant(onnx_path).name,
+        )
     elif prefer in ("auto", "tensorrt") and use_gpu:
         from .tensorrt import TensorRTRuntime
 

@@ -5,7 +5,9 @@ line; ``tritonprep serve`` exits 2 without starting anything) for the first of:
 
 * the embedded Triton is not installed (the ``server`` extra);
 * no model repository, or one without a model (no ``<model>/config.pbtxt``);
-* a model runs a network (a ``runtime`` parameter, or ``network.*`` ones) whose ONNX file is missing;
+* a model runs a network (a ``runtime`` parameter, or ``network.*`` ones) whose ONNX file is missing, or, where its
+  config takes the input FP16 channel-last (the GPU configs), the channel-last variant ``make model`` writes beside
+  a network it exported (``model.fp16.nhwc.onnx``: a checkout updated without ``make model``);
 * no runtime for those networks is installed: ONNX Runtime comes with the ``cpu``, ``gpu-cu13`` or ``gpu-cu12``
   extra, which ``server`` alone lacks (TensorRT's Python package counts where the host has a GPU);
 * a port the host needs is in use: another ``tritonprep serve`` or Triton holds it, and is left untouched.
@@ -21,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import ServerError, StartRefused
+from ..network_files import channels_last, nhwc_variant
 from .command import config_name
 from .host import Host, check_ports
 from .install import TritonInstall
@@ -46,9 +49,10 @@ def check(host: Host, find: Callable[[str], object | None] = importlib.util.find
     networks = [m for m in models if runs_network(m)]
     for model in networks:
         onnx = network_file(repository, model)
-        if onnx is not None and not onnx.is_file():
+        needed = onnx if onnx is None or not onnx.is_file() else missing_variant(model, onnx)
+        if needed is not None:
             raise StartRefused(
-                f"{model.model}: its network {onnx} is missing; run `make model` in a checkout, or install a "
+                f"{model.model}: its network {needed} is missing; run `make model` in a checkout, or install a "
                 "tritonprep wheel built by `make wheel`, which carries it"
             )
     if networks and not runtime_installed(gpus > 0, find):
@@ -99,6 +103,24 @@ def network_file(repository: Path, model: ModelFile) -> Path | None:
     folder = repository / model.model
     versions = sorted((int(p.name) for p in folder.iterdir() if p.is_dir() and p.name.isdigit()), reverse=True)
     return folder / str(versions[0]) / "model.onnx" if versions else None
+
+
+def missing_variant(model: ModelFile, onnx: Path) -> Path | None:
+    """The channel-last FP16 variant of ``onnx`` where ``model`` needs it and it is missing: its config takes the input
+    FP16 channel-last (the classifier's input dims, ``classify_fused``'s ``layout``) and ``onnx`` is a network
+    ``make model`` exported (its record ``model.onnx.json`` beside it), which takes NCHW. A network of ``tritonprep
+    model add`` has no record: its config describes the file as it is."""
+    params = _parameters(model)
+    prefix = NETWORK_PREFIX if NETWORK_PREFIX + "model" in params else ""
+    if params.get(prefix + "precision", "fp16").strip().lower() != "fp16":
+        return None
+    if prefix:
+        channel_last = params.get("layout", "NCHW").strip().upper() == "NHWC"
+    else:
+        channel_last = bool(model.config.input) and channels_last(tuple(model.config.input[0].dims))
+    variant = nhwc_variant(onnx)
+    exported = onnx.with_name(onnx.name + ".json").is_file()
+    return variant if channel_last and exported and not variant.is_file() else None
 
 
 def runtime_installed(gpu: bool, find: Callable[[str], object | None] = importlib.util.find_spec) -> bool:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..classifier.labels import IMAGENET, read_labels
 from ..errors import ConfigError
+from ..network_files import FP16_SUFFIX
 from ..spec import PARAMETERS, PER_OUTPUT, OutputSpec, output_parameters
 from .configs import read_config
 from .errors import ModelAddError
@@ -25,8 +26,6 @@ from .paths import is_new, is_repository, shipped_repository
 
 #: the per-output preprocess parameters that ``--set`` takes (``preset`` first, then the others)
 SETTABLE = tuple(p.name for p in PARAMETERS if p.name in PER_OUTPUT)
-#: the suffix of an exported network's FP16 variant (``make model``'s ``model.fp16.onnx``)
-FP16_SUFFIX = ".fp16.onnx"
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ serving the network through Triton costs.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 
@@ -22,6 +23,8 @@ from ..external import run_json_lines
 from ..repos import HERE, NULL_CLASSIFY_MODELS, SOURCE, make_repo
 from ..run import Run
 from ..settings import Setting
+
+log = logging.getLogger(__name__)
 
 #: (images per request, concurrencies) of classify and classify_fused, measured side by side
 CLASSIFY_POINTS = [(1, [1]), (1, [16, 64]), (8, [16, 64]), (32, [8, 16])]
@@ -41,6 +44,8 @@ def once(run: Run, args: argparse.Namespace) -> None:
     """The classifier alone, PyTorch's ceiling, DALI feeding ONNX Runtime."""
     if "classifier" not in args.skip:
         served = ["--nhwc-input", str(SERVED_NETWORK)] if SERVED_NETWORK.is_file() else []
+        if not served:
+            log.warning("%s is missing (make model): the classifier alone is measured without it", SERVED_NETWORK)
         run.add_rows(run_json_lines(_classifier_bench("ort", "--fuse-conv-bias", "0,1", *served)))
     if args.torch_python and "torch" not in args.skip:
         run.add_rows(run_json_lines([args.torch_python, str(HERE / "torch_ceiling.py")],
