@@ -142,9 +142,11 @@ def running_server(
     model_config_name: str | None = None,
     mps: str = "auto",
     gpu_memory_budget: str = "auto",
+    gpus: tuple[int, ...] | None = None,
     **supervisor_kw: object,
 ) -> Iterator[tuple[EmbeddedServer, Supervisor | None]]:
-    """A ready embedded server on free ports (and its supervisor), stopped on exit, whatever happens."""
+    """A ready embedded server on free ports (and its supervisor), stopped on exit, whatever happens. ``gpus``: the
+    GPUs it serves on (None: every GPU here; ``()``: none, the CPU server even on a GPU host)."""
     options = local_options(
         repository,
         env=tuple((env or {}).items()),
@@ -152,6 +154,7 @@ def running_server(
         model_config_name=model_config_name,
         mps=mps,
         gpu_memory_budget=gpu_memory_budget,
+        gpus=gpus,
     )
     server = EmbeddedServer(options, log_path)
     supervisor = None

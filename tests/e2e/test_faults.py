@@ -23,9 +23,10 @@ DEADLINE_S = 20.0
 
 @pytest.fixture(scope="module")
 def faulty(tmp_path_factory: pytest.TempPathFactory):
-    """A supervised server with fault injection on (its own; the shared one never has it)."""
+    """A supervised server with fault injection on (its own; the shared one never has it), on the CPU even on a GPU
+    host: these checks read the CPU server (one instance each, its messages); tests/gpu has the GPU's faults."""
     log = tmp_path_factory.mktemp("faulty") / "tritonserver.log"
-    with running_server(log, supervise=True, env={faults.ENV: "1"}) as (server, supervisor):
+    with running_server(log, supervise=True, env={faults.ENV: "1"}, gpus=()) as (server, supervisor):
         yield server, supervisor
 
 

@@ -42,7 +42,9 @@ def variant_repository(dest: Path) -> Path:
 @pytest.fixture(scope="module")
 def variants(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     work = tmp_path_factory.mktemp("variants")
-    with running_server(work / "tritonserver.log", repository=variant_repository(work / "models")) as (srv, _):
+    repository = variant_repository(work / "models")
+    # the variants are edits of config.pbtxt, which a GPU server does not read (configs/gpu.pbtxt): the CPU server
+    with running_server(work / "tritonserver.log", repository=repository, gpus=()) as (srv, _):
         yield srv
 
 
