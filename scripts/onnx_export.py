@@ -181,12 +181,6 @@ def nhwc_fp16_input(model: Any) -> Any:
     return model
 
 
-def nhwc_path(output: Path) -> Path:
-    """The channel-last FP16 variant beside an exported ONNX file (``model.fp16.nhwc.onnx``): what a GPU config
-    that declares the input ``[224, 224, 3]`` runs (``tritonprep.classifier.runtimes.model_file``)."""
-    return output.with_name(output.name.removesuffix(".onnx") + ".fp16.nhwc.onnx")
-
-
 def classifier_nhwc(fp16_file: Path, nhwc_file: Path, x: np.ndarray) -> float:
     """Write the channel-last FP16 variant of ``fp16_file`` and check it against it on ``x`` (FP16 pixels, so the
     original's cast is exact; ONNX Runtime's CPU provider). Returns the largest difference of their outputs; raises
