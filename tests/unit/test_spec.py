@@ -239,3 +239,16 @@ def test_the_classifier_gpu_config_changes_only_instances_and_batching():
         cfg.dynamic_batching.ClearField("max_queue_delay_microseconds")
         cfg.dynamic_batching.ClearField("preferred_batch_size")
     assert default == gpu
+
+
+def test_classify_fused_gpu_config_feeds_its_network_what_the_classifier_gpu_config_takes():
+    """classify_fused's GPU config runs the classifier's network on the classifier GPU config's input: FP16
+    channel-last, which both run as model.fp16.nhwc.onnx."""
+    from tritonprep.pipeline.fused import split_parameters
+
+    fused = load_config(REPO / "classify_fused" / "configs" / "gpu.pbtxt")
+    prep, net = split_parameters({k: v.string_value for k, v in fused.parameters.items()})
+    spec = PreprocessConfig.from_parameters(prep, ["PIXELS"]).spec("PIXELS")
+    classifier = load_config(REPO / "classifier" / "configs" / "gpu.pbtxt")
+    assert spec.output_shape == tuple(classifier.input[0].dims) == (224, 224, 3) and spec.dtype == "FP16"
+    assert (net["model"], net["precision"]) == ("classifier/1/model.onnx", "fp16")
