@@ -31,14 +31,13 @@ from scripts.onnx_export import (
     checked_classifier_export,
     classifier_fp16,
     classifier_nhwc,
-    fp16_path,
     main,
     sample_photos,
     sha256,
     up_to_date,
     write_record,
 )
-from tritonprep.network_files import nhwc_variant
+from tritonprep.network_files import fp16_variant, nhwc_variant
 
 log = logging.getLogger("export_classifier")
 
@@ -61,7 +60,7 @@ def export(output: Path, opset: int) -> None:
     """Export the classifier and its FP16 variants to ``output`` unless they are up to date; check each."""
     model, weights = load_model()
     source = {"export_version": EXPORT_VERSION, "weights_sha256": sha256(weights), "opset": opset}
-    fp16_file, nhwc_file = fp16_path(output), nhwc_variant(output)
+    fp16_file, nhwc_file = fp16_variant(output), nhwc_variant(output)
     if up_to_date(output, source, fp16_file, nhwc_file):
         log.info("%s is up to date (same weights and export version); nothing to do", output)
         return

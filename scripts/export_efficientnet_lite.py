@@ -30,13 +30,13 @@ from pathlib import Path
 from scripts.onnx_export import (
     checked_classifier_export,
     classifier_fp16,
-    fp16_path,
     record_path,
     sample_photos,
     sha256,
     up_to_date,
     write_record,
 )
+from tritonprep.network_files import fp16_variant
 
 log = logging.getLogger("export_efficientnet_lite")
 
@@ -69,7 +69,7 @@ def export(variant: str, output: Path, opset: int, fp16: bool) -> int:
     """Export ``variant`` to ``output`` unless it is up to date; check it; return its resolution."""
     model, weights, size = load_model(variant)
     source = {"export_version": EXPORT_VERSION, "variant": variant, "weights_sha256": sha256(weights), "opset": opset}
-    also = (fp16_path(output),) if fp16 else ()
+    also = (fp16_variant(output),) if fp16 else ()
     if up_to_date(output, source, *also):
         log.info("%s is up to date (same weights and export version); nothing to do", output)
         return size
@@ -82,7 +82,7 @@ def export(variant: str, output: Path, opset: int, fp16: bool) -> int:
         if fp16:
             half = Path(tmp) / "model.fp16.onnx"
             figures["fp16_max_abs_prob_diff"] = classifier_fp16(tmp_path, half, x, got)
-            half.replace(fp16_path(output))
+            half.replace(fp16_variant(output))
         tmp_path.replace(output)
     write_record(output, source, **figures)
     log.info("wrote %s (%.1f MB)", output, output.stat().st_size / 1e6)

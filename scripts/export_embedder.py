@@ -32,13 +32,13 @@ import numpy as np
 from scripts.onnx_export import (
     convert_fp16,
     export_and_run,
-    fp16_path,
     main,
     sample_photos,
     sha256,
     up_to_date,
     write_record,
 )
+from tritonprep.network_files import fp16_variant
 
 log = logging.getLogger("export_embedder")
 
@@ -82,7 +82,7 @@ def export(output: Path, opset: int) -> None:
 
     model, weights = load_embedder()
     source = {"export_version": EXPORT_VERSION, "weights_sha256": sha256(weights), "opset": opset}
-    fp16_file = fp16_path(output)
+    fp16_file = fp16_variant(output)
     if up_to_date(output, source, fp16_file):
         log.info("%s is up to date (same weights and export version); nothing to do", output)
         return

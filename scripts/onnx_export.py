@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from tritonprep.network_files import TO_NCHW
+
 log = logging.getLogger("onnx_export")
 
 #: normalisation of the networks' input: (pixel - 127) / 128, the TF EfficientNet-Lite convention
@@ -124,11 +126,6 @@ def classifier_fp16(fp32_path: Path, fp16_file: Path, x: np.ndarray, fp32_logits
     return diff
 
 
-def fp16_path(output: Path) -> Path:
-    """The FP16 variant beside an exported ONNX file (``model.fp16.onnx``), which the GPU runtimes run by default."""
-    return output.with_name(output.name.removesuffix(".onnx") + ".fp16.onnx")
-
-
 def convert_fp16(fp32_path: Path, fp16_file: Path, x: np.ndarray, output_name: str) -> np.ndarray:
     """Write the FP16 variant of ``fp32_path`` (FP16 weights and math, FP32 input and output: ONNX Runtime's
     float16 converter) to ``fp16_file``; return ONNX Runtime's output of it on ``x`` (the caller checks it)."""
@@ -140,10 +137,6 @@ def convert_fp16(fp32_path: Path, fp16_file: Path, x: np.ndarray, output_name: s
     onnx.save(model, str(fp16_file))
     session = ort.InferenceSession(str(fp16_file), providers=["CPUExecutionProvider"])
     return session.run([output_name], {"input": x})[0]
-
-
-#: channel-last rows to NCHW
-TO_NCHW = [0, 3, 1, 2]
 
 
 class NotConvertible(ValueError):
@@ -173,7 +166,9 @@ def nhwc_fp16_input(model: Any) -> Any:
     if helper.get_attribute_value(next(a for a in cast.attribute if a.name == "to")) != TensorProto.FLOAT16:
         raise NotConvertible(f"the input's cast {cast.name!r} is not to FP16")
     batch, channels, height, width = (d.dim_param or d.dim_value or None for d in dims)  # names of dynamic axes kept
-    transpose = helper.make_node("Transpose", [inp.name], list(cast.output), name="input_nhwc_to_nchw", perm=TO_NCHW)
+    transpose = helper.make_node(
+        "Transpose", [inp.name], list(cast.output), name="input_nhwc_to_nchw", perm=list(TO_NCHW)
+    )
     graph.node.remove(cast)
     graph.node.insert(0, transpose)  # first: the FP16 converter appended the cast after its readers
     graph.input.remove(inp)

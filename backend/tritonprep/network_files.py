@@ -29,6 +29,12 @@ def channels_last(dims: Sequence[Any]) -> bool:
     return len(sizes) == 3 and sizes[-1] in (1, 3) and sizes[0] not in (1, 3)
 
 
+def fp16_variant(onnx_path: Path) -> Path:
+    """The FP16 variant beside ``onnx_path`` (``model.fp16.onnx``: FP32 input, FP16 weights and math), whether or not
+    it exists."""
+    return onnx_path.with_name(onnx_path.name.removesuffix(".onnx") + FP16_SUFFIX)
+
+
 def nhwc_variant(onnx_path: Path) -> Path:
     """The FP16 variant taking FP16 channel-last input beside ``onnx_path`` (``make model``'s ``model.fp16.nhwc.onnx``
     for the classifier), whether or not it exists."""
@@ -53,7 +59,7 @@ def model_file(onnx_path: Path, precision: str, input_dims: Sequence[int] = ()) 
         return nhwc_variant(onnx_path)
     if precision == "fp32":
         return onnx_path
-    fp16 = onnx_path.with_name(onnx_path.name.removesuffix(".onnx") + FP16_SUFFIX)
+    fp16 = fp16_variant(onnx_path)
     if not fp16.is_file():
         log.warning(
             "%s has no FP16 variant (%s); running FP32 (`make model` writes it for the classifier)",

@@ -47,12 +47,16 @@ COLOR_SPECS = ("SRGB", "SYCC", "GRAY")
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 
 
-def shipped_parameters(model: str = "preprocess") -> dict[str, str]:
-    """The ``parameters`` of a model's GPU config (what a GPU server serves), as Triton hands them to the model."""
+def shipped_config(model: str) -> Any:
+    """A model's GPU config (what a GPU server serves), as Triton's ``ModelConfig``."""
     from tritonprep.launcher.served import read_models
 
-    config = next(mf.config for mf in read_models(REPOSITORY, "gpu") if mf.model == model)
-    return {key: value.string_value for key, value in config.parameters.items()}
+    return next(mf.config for mf in read_models(REPOSITORY, "gpu") if mf.model == model)
+
+
+def shipped_parameters(model: str = "preprocess") -> dict[str, str]:
+    """The ``parameters`` of a model's GPU config, as Triton hands them to the model."""
+    return {key: value.string_value for key, value in shipped_config(model).parameters.items()}
 
 
 def pixels_config() -> Any:
@@ -72,10 +76,7 @@ def make_executor() -> Any:
 
 def network_dims() -> tuple[int, ...]:
     """The classifier's input as its shipped GPU config declares it (FP16 channel-last: what PIXELS is)."""
-    from tritonprep.launcher.served import read_models
-
-    config = next(mf.config for mf in read_models(REPOSITORY, "gpu") if mf.model == "classifier")
-    return tuple(int(d) for d in config.input[0].dims)
+    return tuple(int(d) for d in shipped_config("classifier").input[0].dims)
 
 
 def make_network() -> Any:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..classifier.labels import IMAGENET, read_labels
 from ..errors import ConfigError
-from ..network_files import FP16_SUFFIX
+from ..network_files import fp16_variant
 from ..spec import PARAMETERS, PER_OUTPUT, OutputSpec, output_parameters
 from .configs import read_config
 from .errors import ModelAddError
@@ -261,7 +261,7 @@ def plan(request: Request) -> Plan:
     problems += check_input(signature.inputs, spec)
     width, found = check_output(signature.outputs, request.kind)
     problems += found
-    fp16 = request.onnx.with_name(request.onnx.name.removesuffix(".onnx") + FP16_SUFFIX)
+    fp16 = fp16_variant(request.onnx)
     has_fp16 = request.onnx.name.endswith(".onnx") and fp16.is_file() and fp16 != request.onnx
     if has_fp16:
         problems += check_fp16(fp16, signature)

@@ -19,6 +19,8 @@ import logging
 import os
 import sys
 
+from tritonprep.network_files import nhwc_variant
+
 from ..external import run_json_lines
 from ..repos import HERE, NULL_CLASSIFY_MODELS, SOURCE, make_repo
 from ..run import Run
@@ -33,7 +35,7 @@ GOAL_POINTS = [(1, [1]), (8, [64]), (32, [8, 16])]
 
 
 #: the classifier the GPU config serves (FP16, channel-last input; ``make model``)
-SERVED_NETWORK = SOURCE / "classifier" / "1" / "model.fp16.nhwc.onnx"
+SERVED_NETWORK = nhwc_variant(SOURCE / "classifier" / "1" / "model.onnx")
 
 
 def _classifier_bench(*args: str) -> list[str]:
