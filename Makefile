@@ -8,8 +8,8 @@
 #                  used over gRPC and HTTP and removed, on a private Docker daemon (tests/compose/run.sh; root)
 #   make model   - export EfficientNet-Lite0 to model_repository/classifier/1/model.onnx and its pooled
 #                  features (the embedder) to model_repository/embedder/1/model.onnx, each with its
-#                  FP16 variant model.fp16.onnx beside it (the classifier's also as model.fp16.nhwc.onnx: FP16
-#                  channel-last input, what its GPU config serves)
+#                  FP16 variant model.fp16.onnx beside it, and that variant as model.fp16.nhwc.onnx (FP16
+#                  channel-last input, what their GPU configs serve)
 #   make wheel   - dist/tritonprep-*.whl: the library, the client and the model repository with those networks,
 #                  which serves by itself: pip install 'dist/tritonprep-*.whl[server,cpu]'; tritonprep serve
 PYTHON      ?= python3
@@ -23,6 +23,7 @@ ONNX_FP16   := model_repository/classifier/1/model.fp16.onnx
 ONNX_NHWC   := model_repository/classifier/1/model.fp16.nhwc.onnx
 EMBED_ONNX  := model_repository/embedder/1/model.onnx
 EMBED_FP16  := model_repository/embedder/1/model.fp16.onnx
+EMBED_NHWC  := model_repository/embedder/1/model.fp16.nhwc.onnx
 PYTEST_ARGS ?=
 # The classifier's ONNX Runtime: auto (where nvidia-smi lists a GPU, the GPU build for CUDA 13, or for
 # CUDA 12 on Python < 3.11, which onnxruntime-gpu's CUDA 13 wheels do not support; else the CPU build),
@@ -54,12 +55,12 @@ $(EXPORT_VENV)/.installed: pyproject.toml
 $(ONNX) $(ONNX_FP16) $(ONNX_NHWC) &: scripts/export_classifier.py scripts/onnx_export.py | $(EXPORT_VENV)/.installed
 	$(EXPORT_VENV)/bin/python -m scripts.export_classifier --output $(ONNX) && touch $(ONNX) $(ONNX_FP16) $(ONNX_NHWC)
 
-$(EMBED_ONNX) $(EMBED_FP16) &: scripts/export_embedder.py scripts/onnx_export.py | $(EXPORT_VENV)/.installed
-	$(EXPORT_VENV)/bin/python -m scripts.export_embedder --output $(EMBED_ONNX) && touch $(EMBED_ONNX) $(EMBED_FP16)
+$(EMBED_ONNX) $(EMBED_FP16) $(EMBED_NHWC) &: scripts/export_embedder.py scripts/onnx_export.py | $(EXPORT_VENV)/.installed
+	$(EXPORT_VENV)/bin/python -m scripts.export_embedder --output $(EMBED_ONNX) && touch $(EMBED_ONNX) $(EMBED_FP16) $(EMBED_NHWC)
 
 setup: $(INSTALLED)
 
-model: $(ONNX) $(ONNX_FP16) $(ONNX_NHWC) $(EMBED_ONNX) $(EMBED_FP16)
+model: $(ONNX) $(ONNX_FP16) $(ONNX_NHWC) $(EMBED_ONNX) $(EMBED_FP16) $(EMBED_NHWC)
 
 # setup.py packs model_repository/ with the networks into the wheel (a clean build/: no deleted module comes along)
 wheel: setup model
@@ -93,6 +94,6 @@ test-compose: setup model
 	PYTHON=$(VENV)/bin/python bash tests/compose/run.sh
 
 clean:
-	rm -rf $(VENV) $(EXPORT_VENV) build dist $(ONNX) $(ONNX).json $(ONNX_FP16) $(ONNX_NHWC) $(EMBED_ONNX) $(EMBED_ONNX).json $(EMBED_FP16)
+	rm -rf $(VENV) $(EXPORT_VENV) build dist $(ONNX) $(ONNX).json $(ONNX_FP16) $(ONNX_NHWC) $(EMBED_ONNX) $(EMBED_ONNX).json $(EMBED_FP16) $(EMBED_NHWC)
 	rm -rf model_repository/*/1/*.plan model_repository/*/1/*.plan.* model_repository/*/1/timing.cache* \
 		model_repository/*/1/ort-trt-cache

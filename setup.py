@@ -30,6 +30,7 @@ NETWORKS = (
     "classifier/1/model.fp16.nhwc.onnx",
     "embedder/1/model.onnx",
     "embedder/1/model.fp16.onnx",
+    "embedder/1/model.fp16.nhwc.onnx",
 )
 #: written by runtimes and Python beside the models, never shipped
 LEFT_OUT = ("__pycache__", "*.pyc", "*.plan", "*.plan.*", "timing.cache*", "ort-trt-cache", "*.tmp")

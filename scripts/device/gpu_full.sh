@@ -46,7 +46,8 @@
 #   and for DALI: 'nvidia-dali-cuda130==2.4.0' 'nvidia-libnvcomp-cu13==5.3.0.16' astunparse gast six optree makefun
 #   'libcst~=1.8' pyyaml nvtx (4 more calls: stage them in another clone, copy its batches to .device-wheels/dali-K
 #   with a take.sh that only copies, and carry them before the last batch, whose take.sh installs every wheel)
-# Carry model_repository/classifier/1/model.onnx, model.fp16.onnx, model.fp16.nhwc.onnx and model_repository/embedder/1/model.onnx, model.fp16.onnx
+# Carry model_repository/classifier/1/model.onnx, model.fp16.onnx, model.fp16.nhwc.onnx and model_repository/embedder/1/model.onnx,
+# model.fp16.onnx, model.fp16.nhwc.onnx
 # (make model; the server loads them) and .photos (python -m scripts.bench_images --export-photos --out .photos)
 # in the first call that runs this script; later calls on the same warm machine restore them from /tmp/carry.
 set -uo pipefail
@@ -69,7 +70,8 @@ export TRITONPREP_PHOTOS=${TRITONPREP_PHOTOS:-$PWD/.photos} PYTHONUNBUFFERED=1 G
 for f in model_repository/classifier/1/model.onnx model_repository/classifier/1/model.fp16.onnx \
          model_repository/classifier/1/model.fp16.nhwc.onnx \
          model_repository/classifier/1/model.onnx.json model_repository/embedder/1/model.onnx \
-         model_repository/embedder/1/model.fp16.onnx model_repository/embedder/1/model.onnx.json .photos; do
+         model_repository/embedder/1/model.fp16.onnx model_repository/embedder/1/model.fp16.nhwc.onnx \
+         model_repository/embedder/1/model.onnx.json .photos; do
   if [ -e "$f" ]; then mkdir -p "/tmp/carry/$(dirname "$f")" && cp -r "$f" "/tmp/carry/$(dirname "$f")/"
   elif [ -e "/tmp/carry/$f" ]; then cp -r "/tmp/carry/$f" "$(dirname "$f")/"
   else echo "WARNING: $f is missing: carry it (make model; python -m scripts.bench_images --export-photos --out .photos)"; fi

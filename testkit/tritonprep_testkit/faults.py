@@ -43,9 +43,12 @@ log = logging.getLogger("faults")
 OUTAGE_ANSWERS = frozenset({"instance-failed", "stub-dead", "server-unavailable", "queue-timeout"})
 
 
-def break_and_recover(scenario: str, args: argparse.Namespace, workdir: Path, gpu: int | None = None) -> dict[str, Any]:
+def break_and_recover(
+    scenario: str, args: argparse.Namespace, workdir: Path, gpu: int | None = None, *, cpu: bool = False
+) -> dict[str, Any]:
     """Load, break the preprocess instance of one GPU's server (``gpu``; by default the last one's, on a one-GPU
-    or CPU host the server's), wait until that server serves again, report.
+    or CPU host the server's), wait until that server serves again, report. ``cpu``: serve on the CPU even on a GPU
+    host (checks that read the CPU server's messages).
 
     The host runs one tritonserver per GPU, so on a multi-GPU host the others keep answering: every client
     thread has a connection of its own (the kernel spreads them over the servers), and the figures count what
@@ -63,7 +66,7 @@ def break_and_recover(scenario: str, args: argparse.Namespace, workdir: Path, gp
     # 1.5 s so that requests are inside it when it breaks; the shipped 50 ms front-queue timeout would refuse the
     # trigger request in the queue behind them, and nothing would break.
     with running_host(log_path, supervise=True, supervisor_kw={"grace_s": args.grace}, env=env, model_config_name="",
-                      mps=args.mps, queue_timeout_ms=0) as host:  # fmt: skip
+                      mps=args.mps, queue_timeout_ms=0, gpus=() if cpu else None) as host:  # fmt: skip
         part = host.parts[-1] if gpu is None else next(p for p in host.parts if p.gpu == str(gpu))
         server, sup = part.server, part.supervisor
         assert sup is not None
@@ -213,15 +216,16 @@ def restart_timeline(log_path: Path, limit: int = 60) -> list[str]:
     return [line.strip()[:200] for line in lines[first:] if any(k in line for k in _TIMELINE)][:limit]
 
 
-def drain(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    """SIGTERM to `tritonprep serve` while slow requests are in flight."""
+def drain(args: argparse.Namespace, workdir: Path, *, cpu: bool = False) -> dict[str, Any]:
+    """SIGTERM to `tritonprep serve` while slow requests are in flight (``cpu``: served on the CPU even on a GPU host,
+    with the CPU config's one preprocess instance, behind which the other requests queue)."""
     photo = images()["good"][0]
     log_file = workdir / "serve.log"
     serve = serve_command(log_file, "--exit-timeout", str(args.exit_timeout), "--mps", args.mps)
     grpc, metrics = serve.grpc, serve.metrics
     proc = subprocess.Popen(
         serve.argv,
-        env={**os.environ, faults.ENV: "1"},
+        env={**os.environ, faults.ENV: "1", **({"CUDA_VISIBLE_DEVICES": ""} if cpu else {})},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

@@ -29,6 +29,7 @@ NETWORKS = (
     "classifier/1/model.fp16.nhwc.onnx",
     "embedder/1/model.onnx",
     "embedder/1/model.fp16.onnx",
+    "embedder/1/model.fp16.nhwc.onnx",
 )
 
 

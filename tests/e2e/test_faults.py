@@ -1,6 +1,8 @@
 """Faults against real tritonserver processes: an injected fault in every branch of preprocess
 (under a client deadline), a killed stub, an instance that fails itself, and SIGTERM with
-requests in flight. The figures come from scripts/faults.py, which prints them for humans."""
+requests in flight. The figures come from scripts/faults.py, which prints them for humans. Every server here runs
+on the CPU, on a GPU host too: the checks read the CPU server (one instance each, its messages); the GPU's faults
+are tests/gpu/test_gpu_faults.py's."""
 
 from __future__ import annotations
 
@@ -98,7 +100,7 @@ def test_a_fault_in_each_branch_fails_only_its_own_request(faulty, jpegs):
 
 
 def test_fail_instance_answers_its_batch_then_the_server_restarts(tmp_path):
-    figures = break_and_recover("fail-instance", quick_settings("fail-instance"), tmp_path)
+    figures = break_and_recover("fail-instance", quick_settings("fail-instance"), tmp_path, cpu=True)
     assert figures["trigger_request"] == "instance-failed"
     failure = next(detail for kind, _, detail in figures["supervisor_events"] if kind == "failure")
     assert failure.startswith("an unrecoverable error took instance preprocess"), failure  # its fault report
@@ -113,7 +115,7 @@ def test_fail_instance_answers_its_batch_then_the_server_restarts(tmp_path):
 def test_killed_stub_under_load_is_restarted(tmp_path):
     """kill -9 of the preprocess stub: the supervisor notices within a second, restarts the server,
     and requests succeed again; requests inside the dead stub get an error, not silence."""
-    figures = break_and_recover("kill-stub", quick_settings("kill-stub"), tmp_path)
+    figures = break_and_recover("kill-stub", quick_settings("kill-stub"), tmp_path, cpu=True)
     assert figures["detected_after_s"] is not None and figures["detected_after_s"] < 2.0
     assert figures["restarts"] == 1 and figures["ready_at_end"]
     assert figures["requests_succeed_again_after_s"] is not None and figures["requests_succeed_again_after_s"] < 60
@@ -132,7 +134,7 @@ def test_sigterm_lets_in_flight_requests_finish(tmp_path):
     """`tritonprep serve` gets SIGTERM while ensemble requests sit in preprocess (one executing, three
     queued behind it): they complete. The holder's 1 s keeps the queued ones well inside preprocess's 2 s queue
     timeout on a busy 2-core machine (with 1.5 s one of them timed out once in a full run)."""
-    figures = drain(quick_settings("drain", clients=4, sleep=1.0, exit_timeout=30), tmp_path)
+    figures = drain(quick_settings("drain", clients=4, sleep=1.0, exit_timeout=30), tmp_path, cpu=True)
     assert figures["in_preprocess_at_sigterm"] == 4, figures
     assert figures["in_flight_outcomes"] == {"ok": 4}, figures
     assert figures["launcher_exit_code"] == 0 and figures["clean_stop"], figures  # nothing for the watchdog to kill

@@ -108,7 +108,7 @@ def test_a_wheel_without_the_exported_networks_is_refused(tmp_path):
         check=False,
     )
     assert r.returncode != 0 and not list((tmp_path / "dist").glob("*.whl"))
-    assert "model_repository/classifier/1/model.onnx is missing (5 of the exported networks): run `make model`" in (
+    assert "model_repository/classifier/1/model.onnx is missing (6 of the exported networks): run `make model`" in (
         r.stdout + r.stderr
     )
 

@@ -195,8 +195,8 @@ def test_a_choice_is_checked_once_in_code_as_in_config():
 
 
 def test_the_gpu_config_is_the_default_one_with_gpu_instances_and_batching():
-    """configs/gpu.pbtxt (picked on GPU machines) changes only instances and batching, and hands the networks FP16,
-    the classifier's channel-last; the container's configs are the same in FP32 NCHW (its networks' input)."""
+    """configs/gpu.pbtxt (picked on GPU machines) changes only instances and batching, and hands the networks FP16
+    channel-last; the container's configs are the same in FP32 NCHW (its networks' input)."""
     default = load_config(REPO / "preprocess" / "config.pbtxt")
     gpu = load_config(REPO / "preprocess" / "configs" / "gpu.pbtxt")
     container = load_config(REPO / "preprocess" / "configs" / "tensorrt.pbtxt")
@@ -205,8 +205,9 @@ def test_the_gpu_config_is_the_default_one_with_gpu_instances_and_batching():
     images = [o for o in gpu.output if o.name in ("PIXELS", "EMBED_PIXELS")]
     assert [o.data_type for o in images] == [model_config_pb2.DataType.TYPE_FP16] * 2
     assert gpu.parameters["dtype"].string_value == "FP16"
-    assert [list(o.dims) for o in images] == [[224, 224, 3], [3, 224, 224]]
-    assert gpu.parameters.pop("PIXELS.layout").string_value == "NHWC"
+    assert [list(o.dims) for o in images] == [[224, 224, 3], [224, 224, 3]]
+    assert gpu.parameters["layout"].string_value == "NHWC"
+    gpu.parameters["layout"].string_value = "NCHW"
     for o in images:
         o.data_type = model_config_pb2.DataType.TYPE_FP32
         o.dims[:] = [3, 224, 224]
@@ -238,6 +239,22 @@ def test_the_classifier_gpu_config_changes_only_instances_and_batching():
         cfg.ClearField("instance_group")
         cfg.dynamic_batching.ClearField("max_queue_delay_microseconds")
         cfg.dynamic_batching.ClearField("preferred_batch_size")
+    assert default == gpu
+
+
+def test_the_embedder_gpu_config_takes_what_the_gpu_preprocess_makes_and_changes_nothing_else():
+    """The embedder's GPU config: EMBED_PIXELS as the GPU preprocess makes them (FP16 channel-last, which the runtime
+    runs as model.fp16.nhwc.onnx); otherwise the default config but for its queue."""
+    default = load_config(REPO / "embedder" / "config.pbtxt")
+    gpu = load_config(REPO / "embedder" / "configs" / "gpu.pbtxt")
+    preprocess = load_config(REPO / "preprocess" / "configs" / "gpu.pbtxt")
+    pixels = next(o for o in preprocess.output if o.name == "EMBED_PIXELS")
+    assert (pixels.data_type, list(pixels.dims)) == (gpu.input[0].data_type, list(gpu.input[0].dims))
+    assert list(gpu.input[0].dims) == [224, 224, 3] and gpu.parameters["precision"].string_value == "fp16"
+    gpu.input[0].data_type = model_config_pb2.DataType.TYPE_FP32
+    gpu.input[0].dims[:] = [3, 224, 224]
+    gpu.dynamic_batching.default_queue_policy.ClearField("max_queue_size")
+    default.dynamic_batching.default_queue_policy.ClearField("max_queue_size")
     assert default == gpu
 
 
