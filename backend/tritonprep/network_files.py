@@ -1,8 +1,8 @@
 """The network files beside ``model.onnx`` and the one a GPU runtime runs for a config (standard library only: the
 classifier's runtimes, the launcher's preflight and ``tritonprep model add`` read the same rules).
 
-``make model`` writes the FP16 variant ``model.fp16.onnx`` (FP32 input, FP16 weights and math) and, for the
-classifier, ``model.fp16.nhwc.onnx``: the same taking FP16 channel-last input, which the GPU config's
+``make model`` writes, for the classifier and the embedder, the FP16 variant ``model.fp16.onnx`` (FP32 input, FP16
+weights and math) and ``model.fp16.nhwc.onnx``: the same taking FP16 channel-last input, which their GPU configs'
 ``[224, 224, 3]`` input runs (:func:`model_file`).
 """
 
@@ -37,7 +37,7 @@ def fp16_variant(onnx_path: Path) -> Path:
 
 def nhwc_variant(onnx_path: Path) -> Path:
     """The FP16 variant taking FP16 channel-last input beside ``onnx_path`` (``make model``'s ``model.fp16.nhwc.onnx``
-    for the classifier), whether or not it exists."""
+    for the classifier and the embedder), whether or not it exists."""
     return onnx_path.with_name(onnx_path.name.removesuffix(".onnx") + NHWC_FP16_SUFFIX)
 
 
@@ -48,12 +48,12 @@ def runs_nhwc_variant(onnx_path: Path, precision: str, input_dims: Sequence[int]
 
 def model_file(onnx_path: Path, precision: str, input_dims: Sequence[int] = ()) -> Path:
     """The ONNX file a GPU runtime runs for ``precision`` and the config's ``input_dims``: ``model.onnx``, its FP16
-    variant beside it, or for a channel-last input (``[224, 224, 3]``: the classifier's GPU config, so that the
-    preprocessing writes what the network reads) the FP16 variant taking FP16 NHWC where it is there
+    variant beside it, or for a channel-last input (``[224, 224, 3]``: the classifier's and the embedder's GPU configs,
+    so that the preprocessing writes what the network reads) the FP16 variant taking FP16 NHWC where it is there
     (``model.fp16.nhwc.onnx``; a network whose own input is channel-last runs as it is).
 
     Without an FP16 variant the network runs in FP32, with a log line saying so (a network exported
-    without one, such as the embedder, still loads).
+    without one still loads).
     """
     if runs_nhwc_variant(onnx_path, precision, input_dims):
         return nhwc_variant(onnx_path)
@@ -62,7 +62,7 @@ def model_file(onnx_path: Path, precision: str, input_dims: Sequence[int] = ()) 
     fp16 = fp16_variant(onnx_path)
     if not fp16.is_file():
         log.warning(
-            "%s has no FP16 variant (%s); running FP32 (`make model` writes it for the classifier)",
+            "%s has no FP16 variant (%s); running FP32 (`make model` writes it for the shipped networks)",
             onnx_path,
             fp16.name,
         )

@@ -107,10 +107,11 @@ def test_the_gpu_repository_serves_every_model_logs_cleanly_and_stops_cleanly(cp
             assert emb.shape == (2, 1280)
             [ids, emb2] = infer(client, module, "analyze", "IMAGE", odd, ["CLASS_IDS", "EMBEDDING"])
             assert ids[0][0] in (281, 282, 285) and ids[1][0] == 967 and emb2.shape == (2, 1280)
-            [pixels, decoder] = infer(client, module, "preprocess", "IMAGE", odd, ["PIXELS", "DECODER"])
+            outputs = ["PIXELS", "EMBED_PIXELS", "DECODER"]
+            [pixels, embed_pixels, decoder] = infer(client, module, "preprocess", "IMAGE", odd, outputs)
             [logits] = infer(client, module, "classifier", "input", pixels, ["logits"])
             [scores] = infer(client, module, "postprocess", "LOGITS", logits, ["SCORES"])
-            [vectors] = infer(client, module, "embedder", "input", pixels, ["embedding"])
+            [vectors] = infer(client, module, "embedder", "input", embed_pixels, ["embedding"])
             assert scores.shape == (2, 5) and vectors.shape == (2, 1280)
             if importlib.util.find_spec("nvidia.nvjpeg2k") and importlib.util.find_spec("nvidia.nvtiff"):
                 assert [d[0] for d in decoder] == [b"gpu_cuda", b"gpu_cuda"], decoder  # decoded on the GPU

@@ -8,11 +8,16 @@ import numpy as np
 import pytest
 
 from tritonprep.executors.cpu import CpuExecutor, normalize_window
+from tritonprep.repository.configs import as_json, read_config
 from tritonprep.spec import OutputSpec, PreprocessConfig
 from tritonprep_testkit.compare import agreement, letterbox_sizes, ultralytics_letterbox
 from tritonprep_testkit.photos import encode
+from tritonprep_testkit.servers import MODEL_REPOSITORY
 
 from .test_kernels import gpu_preprocess
+
+#: the preprocess config a GPU server runs
+GPU_CONFIG = MODEL_REPOSITORY / "preprocess" / "configs" / "gpu.pbtxt"
 
 cv2 = pytest.importorskip("cv2", reason="opencv-python-headless (the reference) is not installed")
 
@@ -141,4 +146,7 @@ def test_analyze_and_embed_on_the_gpu_server(gpu_server, jpegs, photos):
         embedded = c.embed(images)
     np.testing.assert_allclose(embedded, e, atol=1e-3)  # the same preprocessing through the embed ensemble
     text = gpu_server.log_path.read_text()
-    assert "PIXELS bilinear/NCHW/RGB/FP32" in text and "EMBED_PIXELS bicubic/NCHW/RGB/FP32" in text
+    shipped = PreprocessConfig.from_model_config(as_json(read_config(GPU_CONFIG)))  # what the GPU server runs
+    for name in ("PIXELS", "EMBED_PIXELS"):  # each output's kernel, as the instance logs it (FP16 NHWC as shipped)
+        s = shipped.spec(name)
+        assert f"{name} {s.interpolation}/{s.layout}/{s.channel_order}/{s.dtype}" in text, name

@@ -244,7 +244,7 @@ def test_the_classifier_gpu_config_changes_only_instances_and_batching():
 
 def test_the_embedder_gpu_config_takes_what_the_gpu_preprocess_makes_and_changes_nothing_else():
     """The embedder's GPU config: EMBED_PIXELS as the GPU preprocess makes them (FP16 channel-last, which the runtime
-    runs as model.fp16.nhwc.onnx); otherwise the default config but for its queue."""
+    runs as model.fp16.nhwc.onnx) and its 64 bucket fused; otherwise the default config but for its queue."""
     default = load_config(REPO / "embedder" / "config.pbtxt")
     gpu = load_config(REPO / "embedder" / "configs" / "gpu.pbtxt")
     preprocess = load_config(REPO / "preprocess" / "configs" / "gpu.pbtxt")
@@ -253,8 +253,13 @@ def test_the_embedder_gpu_config_takes_what_the_gpu_preprocess_makes_and_changes
     assert list(gpu.input[0].dims) == [224, 224, 3] and gpu.parameters["precision"].string_value == "fp16"
     gpu.input[0].data_type = model_config_pb2.DataType.TYPE_FP32
     gpu.input[0].dims[:] = [3, 224, 224]
-    gpu.dynamic_batching.default_queue_policy.ClearField("max_queue_size")
-    default.dynamic_batching.default_queue_policy.ClearField("max_queue_size")
+    assert (gpu.parameters["fuse_conv_bias"].string_value, default.parameters["fuse_conv_bias"].string_value) == (
+        "64",
+        "false",  # the container's embedder runs config.pbtxt: not measured fused
+    )
+    for cfg in (default, gpu):
+        cfg.dynamic_batching.default_queue_policy.ClearField("max_queue_size")
+        del cfg.parameters["fuse_conv_bias"]
     assert default == gpu
 
 

@@ -107,9 +107,9 @@ def network_file(repository: Path, model: ModelFile) -> Path | None:
 
 def missing_variant(model: ModelFile, onnx: Path) -> Path | None:
     """The channel-last FP16 variant of ``onnx`` where ``model`` needs it and it is missing: its config takes the input
-    FP16 channel-last (the classifier's input dims, ``classify_fused``'s ``layout``) and ``onnx`` is a network
-    ``make model`` exported (its record ``model.onnx.json`` beside it), which takes NCHW. A network of ``tritonprep
-    model add`` has no record: its config describes the file as it is."""
+    FP16 channel-last (a network's input dims, the classifier's or the embedder's; ``classify_fused``'s ``layout``)
+    and ``onnx`` is a network ``make model`` exported (its record ``model.onnx.json`` beside it), which takes NCHW. A
+    network of ``tritonprep model add`` has no record: its config describes the file as it is."""
     params = _parameters(model)
     prefix = NETWORK_PREFIX if NETWORK_PREFIX + "model" in params else ""
     if params.get(prefix + "precision", "fp16").strip().lower() != "fp16":

@@ -1,7 +1,8 @@
 """Triton Python-backend model `embedder`: EfficientNet-Lite0's L2-normalised pooled features.
 
 Thin by design: `model.onnx` from this version folder (scripts/export_embedder.py; on a GPU its FP16
-variant `model.fp16.onnx`, with batch buckets 8,64) on the best runtime installed, returning unit
+variant, `model.fp16.nhwc.onnx` for the GPU config's channel-last input, with batch buckets 8,64) on the best
+runtime installed, returning unit
 vectors in the dtype its config's `embedding` output declares, lives in the `tritonprep` library
 (tritonprep.pipeline.networks.EmbedderModel).
 """
