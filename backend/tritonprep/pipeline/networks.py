@@ -59,10 +59,12 @@ def load_network(
     onnx_path: Path,
     top_k: TopK | None = None,
     model_parameters: Collection[str] = (),
+    embeddings: np.dtype | None = None,
 ) -> Runtime:
     """The instance's network on the best runtime for its kind and device (its ``top_k`` warmed on it, see
-    :func:`warm_top_k`), reported to the launcher. ``model_parameters``: the config's parameters that the model
-    reads itself (every other one is the runtime's, and one it does not know is an error)."""
+    :func:`warm_top_k`; for an embedder, the ``embeddings`` dtype's unit-length step, :func:`warm_embeddings`),
+    reported to the launcher. ``model_parameters``: the config's parameters that the model reads itself (every other
+    one is the runtime's, and one it does not know is an error)."""
     max_batch = int(config["max_batch_size"])
     runtime_params = {k: v for k, v in parameters(config).items() if k not in model_parameters}
     options = RuntimeOptions.from_parameters(runtime_params, max_batch)
@@ -77,6 +79,8 @@ def load_network(
     )
     try:
         warm_top_k(top_k, runtime, dims)
+        if embeddings is not None:
+            warm_embeddings(runtime, dims, embeddings)
     except BaseException:  # the caller never gets this runtime: release its GPU here
         runtime.close()
         raise
@@ -98,6 +102,18 @@ def warm_top_k(top_k: TopK | None, runtime: Runtime, input_dims: Sequence[int]) 
         t0 = time.perf_counter()
         runtime.infer_many([np.zeros((1, *input_dims), np.float32)], then=top_k.enqueued)  # as requests run it
         runtime.timings["top_k_warm"] = time.perf_counter() - t0
+
+
+def warm_embeddings(runtime: Runtime, input_dims: Sequence[int], dtype: np.dtype) -> None:
+    """One image of zeros through the network and the unit-length step (:func:`as_embeddings`), where both run on
+    the GPU: CuPy compiles that step's kernels (or reads them from its cache) while loading, not in the first
+    requests, which on a machine with an empty cache waited behind the compile past their queue timeout (the first
+    server on a fresh H100 refused `analyze` requests so, reports/2026-11-27-gpu-stage21; ``embed_warm`` in the
+    runtime's timings)."""
+    if runtime.on_gpu:
+        t0 = time.perf_counter()
+        as_embeddings(runtime.infer(np.zeros((1, *input_dims), np.float32)), dtype)
+        runtime.timings["embed_warm"] = time.perf_counter() - t0
 
 
 def network_classes(runtime: Runtime, input_dims: Sequence[int]) -> int:
@@ -205,7 +221,8 @@ class EmbedderModel:
     def __init__(self, args: Mapping[str, str]) -> None:
         config = model_config(args)
         self.dtype = embedding_dtype(config)
-        self.runtime = load_network(args, config, onnx_file(Path(args["model_repository"]) / args["model_version"]))
+        onnx = onnx_file(Path(args["model_repository"]) / args["model_version"])
+        self.runtime = load_network(args, config, onnx, embeddings=self.dtype)
         log.info("embedder instance %s: runtime %s, %s", args["model_instance_name"], self.runtime.name, self.dtype)
         self.requests = RequestIsolation(args["model_name"], self.read, [row_batched(self.run)], self.respond)
 

@@ -1,0 +1,55 @@
+"""A network model's load warms the GPU work of its first requests (tritonprep.pipeline.networks): the embedder's
+unit-length step runs once on an image of zeros while the model loads, so that CuPy's kernels are compiled before
+the server is ready, not behind the first requests' queue timeouts. The runtime here is a stand-in (no GPU)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tritonprep.pipeline import networks
+
+
+class Runtime:
+    """A network runtime: records the batches it runs, answers vectors of length 2."""
+
+    name = "stand-in"
+
+    def __init__(self, on_gpu: bool) -> None:
+        self.on_gpu, self.timings, self.batches = on_gpu, {}, []
+
+    def infer(self, batch: np.ndarray) -> np.ndarray:
+        self.batches.append((batch.shape, batch.dtype))
+        return np.full((len(batch), 4), 1.0, np.float32)
+
+    def infer_many(self, parts: list[np.ndarray], then: object = None) -> np.ndarray:
+        return self.infer(np.concatenate(parts))
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(np.float32), np.dtype(np.float16)])
+def test_a_gpu_embedder_runs_its_unit_length_step_once_while_loading(dtype):
+    runtime = Runtime(on_gpu=True)
+    networks.warm_embeddings(runtime, (224, 224, 3), dtype)
+    assert runtime.batches == [((1, 224, 224, 3), np.float32)]
+    assert runtime.timings["embed_warm"] >= 0
+
+
+def test_a_cpu_embedder_has_nothing_to_warm():
+    runtime = Runtime(on_gpu=False)
+    networks.warm_embeddings(runtime, (3, 224, 224), np.dtype(np.float32))
+    assert runtime.batches == [] and "embed_warm" not in runtime.timings
+
+
+def test_load_network_warms_the_embedder_before_it_reports_the_load(monkeypatch):
+    runtime = Runtime(on_gpu=True)
+    reported: list[dict] = []
+    monkeypatch.setattr(networks, "load_runtime", lambda *a, **k: runtime)
+    monkeypatch.setattr(networks, "report_loaded", lambda args, **k: reported.append(dict(k["timings"])))
+    config = {"max_batch_size": 256, "input": [{"dims": [224, 224, 3]}], "parameters": {}}
+    args = {"model_instance_device_id": "0", "model_instance_kind": "GPU"}
+    assert networks.load_network(args, config, None, embeddings=np.dtype(np.float16)) is runtime
+    assert runtime.batches == [((1, 224, 224, 3), np.float32)]
+    assert "embed_warm" in reported[0]  # the load's report includes the warm-up
