@@ -320,3 +320,35 @@ def test_every_config_of_a_benchmark_repository_is_a_triton_model_config(tmp_pat
     for rel, cfg in parsed.items():
         if cfg.HasField("dynamic_batching") and cfg.dynamic_batching.HasField("default_queue_policy"):
             assert cfg.dynamic_batching.default_queue_policy.max_queue_size == 4096, rel
+
+
+# ---------------------------------------------------------------------- the instances phase's server
+def _classifier_queue(repo: Path, pool_mb: int) -> int:
+    """The classifier's admitted queue (requests) when ``repo`` is served on one GPU with a CUDA pool of ``pool_mb``:
+    the launcher's own admission on the benchmark copy's GPU configs."""
+    from tritonprep.launcher.served import admission_of, read_models
+
+    admission = admission_of(read_models(repo, "gpu"), pool_mb, 1)
+    [queue] = [q for q in admission.queues if q.model == "classifier"]
+    return queue.max_queue_size
+
+
+def test_with_prep_sink_the_instances_server_gets_the_pool_its_sink_shares(tmp_path):
+    """The sink is a second consumer of PIXELS: with the harness's pool it halved the classifier's queue and its own,
+    and 8 images/request at c=64 was refused; twice the pool gives them the queue the classifier gets alone."""
+    import argparse
+
+    from scripts.bench.harness.phases import instances
+    from scripts.bench.harness.serving import BENCH_OPTIONS
+
+    alone = argparse.Namespace(instance_models="classify,classify_fused")
+    both = argparse.Namespace(instance_models="classify,prep_sink")
+    assert instances.server_options(alone) is None  # the harness's own
+    pool = int(BENCH_OPTIONS["cuda_memory_pool_mb"])
+    grown = instances.server_options(both)
+    assert grown == {**BENCH_OPTIONS, "cuda_memory_pool_mb": 2 * pool}
+    reference = _classifier_queue(instances.instances_repo(tmp_path / "alone", alone, {}), pool)
+    with_sink = instances.instances_repo(tmp_path / "both", both, {})
+    assert _classifier_queue(with_sink, pool) < reference / 2  # what the harness's pool gave (44 against 97)
+    assert _classifier_queue(with_sink, grown["cuda_memory_pool_mb"]) >= reference
+    assert reference >= 64  # the c=64 point's requests fit the classifier's queue of the classify-only copy

@@ -16,10 +16,12 @@ where it declares that; ``MODEL:KEY=...`` names another model's, e.g.
 preprocessing that does no work, where named) at 8 images/request (c=64), 32 (c=16) and one image at c=16 and c=1
 on each. With ``prep_sink`` the copy also holds it and its ``sink`` (2 instances), with ``null_classify`` it and
 ``null_prep`` (preprocess's instance count), so the other models' memory and start are not those of a run without
-them (on an H100, 8 images/request at c=64 was refused, "Exceeds maximum queue size", for ``prep_sink`` on every
-server and for ``classify`` on 3 of 4, while the copy also held the ``null_prep`` sink's instances); a point refused
-has no row. The report ranks the combinations per model by throughput, with each one's c=1 p50, peak memory and
-launch to ready.
+them. The ``sink`` is a second consumer of ``PIXELS`` in tritonserver's CUDA pool: with the harness's pool the
+launcher's admission halved the classifier's queue (97 to 44 requests), and 8 images/request at c=64 was refused,
+"Exceeds maximum queue size", for ``prep_sink`` on every server (stages 19, 21). So such a server gets twice the
+pool (:func:`server_options`), and each consumer the queue the classifier gets alone; its memory at ready holds the
+larger pool. A point refused has no row. The report ranks the combinations per model by throughput, with each one's
+c=1 p50, peak memory and launch to ready.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from ..repos import (
     without_preferred_batch_sizes,
 )
 from ..run import Run
+from ..serving import BENCH_OPTIONS
 from ..settings import Setting, instance_grid, instances_label, parse_instances, parse_percentages
 
 log = logging.getLogger("harness")
@@ -200,6 +203,14 @@ def plan(args: argparse.Namespace) -> list[tuple[dict[str, int], int | None, str
     ]
 
 
+def server_options(args: argparse.Namespace) -> dict[str, object] | None:
+    """The server options of this phase's servers: the harness's (None), or with ``prep_sink`` measured the harness's
+    with twice its CUDA pool, which the ``sink``'s queue shares with the classifier's (see the module's description)."""
+    if "prep_sink" not in models_of(args):
+        return None
+    return {**BENCH_OPTIONS, "cuda_memory_pool_mb": 2 * int(BENCH_OPTIONS["cuda_memory_pool_mb"])}
+
+
 def instances_repo(dest: Path, args: argparse.Namespace, counts: dict[str, int]) -> Path:
     """The benchmark copy for one combination: the classify models with ``counts``, ``prep_sink`` with its ``sink``
     and ``null_classify`` with ``null_prep`` where ``--instance-models`` names them (``null_prep``, GPU instances of
@@ -242,7 +253,7 @@ def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
         if turns == "off":
             with_parameter(repo / "classifier", "network_turns", "off")
         changed = set_parameter(repo, key, value) if value != "shipped" else []
-        with run.serve(tag, repo, setting, env=env) as srv:
+        with run.serve(tag, repo, setting, env=env, options=server_options(args)) as srv:
             for n, conc in INSTANCE_POINTS:
                 for model in models_of(args):
                     text = label + (f", {key} {value}" if changes(model, changed) else "")  # what its configs got
