@@ -1,6 +1,7 @@
 """Issue 25 on the GPU, in this process: the ONNX Runtime options, arena caps and start-up cache of the
-network runtime, its release; the embedder in FP16; the preprocess pool cap; JPEG 2000 and TIFF decoded
-by nvImageCodec as Pillow decodes them; the top-k on the GPU; the decoders' ordered release."""
+network runtime, its release; the embedder in FP16 (and as served: FP16 channel-last, its 64 bucket fused); the
+preprocess pool cap; JPEG 2000 and TIFF decoded by nvImageCodec as Pillow decodes them; the top-k on the GPU; the
+decoders' ordered release."""
 
 from __future__ import annotations
 
@@ -124,6 +125,37 @@ def test_the_fp16_embedder_points_where_the_fp32_one_does(ort_gpu, cp, photos):
     rt = _runtime(EMBEDDER_ONNX, buckets=(1, 8, 32, 64))
     try:
         got = cp.asnumpy(rt.infer(cp.asarray(x))).astype(np.float32)
+    finally:
+        rt.close()
+    cosine = np.sum(got * want, 1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
+    assert cosine.min() >= 0.999, cosine
+
+
+def test_the_served_embedder_takes_fp16_channel_last_and_points_where_the_fp32_one_does(ort_gpu, cp, photos):
+    """What the embedder's GPU config serves: model.fp16.nhwc.onnx fed FP16 NHWC pixels, its 64 bucket fused."""
+    from tritonprep.classifier.ort_cuda import OrtCudaRuntime
+    from tritonprep.classifier.ort_options import CudaEpOptions
+    from tritonprep.classifier.runtimes import OrtCpuRuntime
+    from tritonprep.executors.cpu import CpuExecutor
+    from tritonprep.network_files import model_file
+    from tritonprep.spec import OutputSpec
+
+    x = (
+        CpuExecutor(OutputSpec(resize_shorter=224, interpolation="bicubic"))
+        .run([encode(a, "JPEG", quality=90) for a in photos.values()])
+        .output
+    )
+    want = OrtCpuRuntime(EMBEDDER_ONNX).infer(x)
+    dims = (224, 224, 3)
+    served = model_file(EMBEDDER_ONNX, "fp16", dims)
+    assert served.name == "model.fp16.nhwc.onnx"
+    rt = OrtCudaRuntime(
+        served, dims, device_id=0, nhwc=True, buckets=(8, 64), ep_options=CudaEpOptions(fuse_conv_bias=(64,))
+    )
+    try:
+        pixels = cp.asarray(np.ascontiguousarray(x.transpose(0, 2, 3, 1)).astype(np.float16))
+        got = cp.asnumpy(rt.infer(pixels)).astype(np.float32)
+        assert got.shape == (len(x), 1280)
     finally:
         rt.close()
     cosine = np.sum(got * want, 1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
