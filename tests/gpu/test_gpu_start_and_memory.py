@@ -34,11 +34,32 @@ def batch(photos):
     return CpuExecutor(OutputSpec()).run([encode(a, "JPEG", quality=90) for a in photos.values()]).output
 
 
-def _runtime(onnx, **kw):
+@pytest.fixture(scope="module")
+def embedder_reference(photos):
+    """The photos as EMBED_PIXELS on the CPU (FP32 NCHW) and the FP32 embedder's vectors of them (ONNX Runtime, CPU)."""
+    from tritonprep.classifier.runtimes import OrtCpuRuntime
+    from tritonprep.executors.cpu import CpuExecutor
+    from tritonprep.spec import OutputSpec
+
+    x = (
+        CpuExecutor(OutputSpec(resize_shorter=224, interpolation="bicubic"))
+        .run([encode(a, "JPEG", quality=90) for a in photos.values()])
+        .output
+    )
+    return x, OrtCpuRuntime(EMBEDDER_ONNX).infer(x)
+
+
+def _runtime(onnx, dims=DIMS, **kw):
+    """``onnx``'s network on the GPU at fp16 for an input of ``dims``: the file a GPU config of those dims runs."""
     from tritonprep.classifier.ort_cuda import OrtCudaRuntime
     from tritonprep.network_files import model_file
 
-    return OrtCudaRuntime(model_file(onnx, "fp16"), DIMS, device_id=0, nhwc=True, **kw)
+    return OrtCudaRuntime(model_file(onnx, "fp16", dims), dims, device_id=0, nhwc=True, **kw)
+
+
+def _cosines(got, want):
+    """Each row's cosine with the same row of ``want``."""
+    return np.sum(got * want, 1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
 
 
 def test_sessions_carry_the_ep_options_the_caps_and_no_lookup_warning(ort_gpu, cp, batch, capfd, tmp_path, monkeypatch):
@@ -111,54 +132,35 @@ def test_a_budget_too_small_for_the_buckets_fails_the_load_naming_the_least_that
         _runtime(ONNX, buckets=(1, 8, 32, 64), gpu_memory_mb=700)
 
 
-def test_the_fp16_embedder_points_where_the_fp32_one_does(ort_gpu, cp, photos):
-    from tritonprep.classifier.runtimes import OrtCpuRuntime
-    from tritonprep.executors.cpu import CpuExecutor
-    from tritonprep.spec import OutputSpec
-
-    x = (
-        CpuExecutor(OutputSpec(resize_shorter=224, interpolation="bicubic"))
-        .run([encode(a, "JPEG", quality=90) for a in photos.values()])
-        .output
-    )
-    want = OrtCpuRuntime(EMBEDDER_ONNX).infer(x)
+def test_the_fp16_embedder_points_where_the_fp32_one_does(ort_gpu, cp, embedder_reference):
+    x, want = embedder_reference
     rt = _runtime(EMBEDDER_ONNX, buckets=(1, 8, 32, 64))
     try:
         got = cp.asnumpy(rt.infer(cp.asarray(x))).astype(np.float32)
     finally:
         rt.close()
-    cosine = np.sum(got * want, 1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
+    cosine = _cosines(got, want)
     assert cosine.min() >= 0.999, cosine
 
 
-def test_the_served_embedder_takes_fp16_channel_last_and_points_where_the_fp32_one_does(ort_gpu, cp, photos):
+def test_the_served_embedder_takes_fp16_channel_last_and_points_where_the_fp32_one_does(
+    ort_gpu, cp, embedder_reference
+):
     """What the embedder's GPU config serves: model.fp16.nhwc.onnx fed FP16 NHWC pixels, its 64 bucket fused."""
-    from tritonprep.classifier.ort_cuda import OrtCudaRuntime
     from tritonprep.classifier.ort_options import CudaEpOptions
-    from tritonprep.classifier.runtimes import OrtCpuRuntime
-    from tritonprep.executors.cpu import CpuExecutor
     from tritonprep.network_files import model_file
-    from tritonprep.spec import OutputSpec
 
-    x = (
-        CpuExecutor(OutputSpec(resize_shorter=224, interpolation="bicubic"))
-        .run([encode(a, "JPEG", quality=90) for a in photos.values()])
-        .output
-    )
-    want = OrtCpuRuntime(EMBEDDER_ONNX).infer(x)
+    x, want = embedder_reference
     dims = (224, 224, 3)
-    served = model_file(EMBEDDER_ONNX, "fp16", dims)
-    assert served.name == "model.fp16.nhwc.onnx"
-    rt = OrtCudaRuntime(
-        served, dims, device_id=0, nhwc=True, buckets=(8, 64), ep_options=CudaEpOptions(fuse_conv_bias=(64,))
-    )
+    assert model_file(EMBEDDER_ONNX, "fp16", dims).name == "model.fp16.nhwc.onnx"
+    rt = _runtime(EMBEDDER_ONNX, dims, buckets=(8, 64), ep_options=CudaEpOptions(fuse_conv_bias=(64,)))
     try:
         pixels = cp.asarray(np.ascontiguousarray(x.transpose(0, 2, 3, 1)).astype(np.float16))
         got = cp.asnumpy(rt.infer(pixels)).astype(np.float32)
         assert got.shape == (len(x), 1280)
     finally:
         rt.close()
-    cosine = np.sum(got * want, 1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
+    cosine = _cosines(got, want)
     assert cosine.min() >= 0.999, cosine
 
 
