@@ -70,11 +70,12 @@ def export(output: Path, opset: int) -> None:
     with tempfile.TemporaryDirectory(dir=output.parent) as tmp:
         tmp_path = Path(tmp) / "model.onnx"
         got, diff = checked_classifier_export(model, x, tmp_path, opset)
-        fp16_diff = classifier_fp16(tmp_path, Path(tmp) / "model.fp16.onnx", x, got)
-        nhwc_diff = write_nhwc(Path(tmp) / "model.fp16.onnx", Path(tmp) / "model.fp16.nhwc.onnx", x)
+        tmp_fp16, tmp_nhwc = fp16_variant(tmp_path), nhwc_variant(tmp_path)
+        fp16_diff = classifier_fp16(tmp_path, tmp_fp16, x, got)
+        nhwc_diff = write_nhwc(tmp_fp16, tmp_nhwc, x)
         tmp_path.replace(output)
-        (Path(tmp) / "model.fp16.onnx").replace(fp16_file)
-        (Path(tmp) / "model.fp16.nhwc.onnx").replace(nhwc_file)
+        tmp_fp16.replace(fp16_file)
+        tmp_nhwc.replace(nhwc_file)
     write_record(
         output, source, max_abs_diff_vs_torch=diff, fp16_max_abs_prob_diff=fp16_diff, nhwc_max_abs_logit_diff=nhwc_diff
     )

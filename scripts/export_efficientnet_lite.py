@@ -80,7 +80,7 @@ def export(variant: str, output: Path, opset: int, fp16: bool) -> int:
         got, diff = checked_classifier_export(model, x, tmp_path, opset)
         figures = {"max_abs_diff_vs_torch": diff}
         if fp16:
-            half = Path(tmp) / "model.fp16.onnx"
+            half = fp16_variant(tmp_path)
             figures["fp16_max_abs_prob_diff"] = classifier_fp16(tmp_path, half, x, got)
             half.replace(fp16_variant(output))
         tmp_path.replace(output)

@@ -107,11 +107,12 @@ def export(output: Path, opset: int) -> None:
             raise SystemExit(f"exported embedder disagrees with PyTorch (shape {got.shape}, max diff {diff})")
         if not np.allclose(norms, 1.0, atol=1e-5) or cosine > MAX_COSINE_OF_DIFFERENT_PHOTOS:
             raise SystemExit(f"sanity check failed: norms {norms}, cosine of two different photos {cosine:.3f}")
-        fp16_cosine = write_fp16(tmp_path, Path(tmp) / "model.fp16.onnx", x, got)
-        nhwc_diff = write_nhwc(Path(tmp) / "model.fp16.onnx", Path(tmp) / "model.fp16.nhwc.onnx", x)
+        tmp_fp16, tmp_nhwc = fp16_variant(tmp_path), nhwc_variant(tmp_path)
+        fp16_cosine = write_fp16(tmp_path, tmp_fp16, x, got)
+        nhwc_diff = write_nhwc(tmp_fp16, tmp_nhwc, x)
         tmp_path.replace(output)
-        (Path(tmp) / "model.fp16.onnx").replace(fp16_file)
-        (Path(tmp) / "model.fp16.nhwc.onnx").replace(nhwc_file)
+        tmp_fp16.replace(fp16_file)
+        tmp_nhwc.replace(nhwc_file)
     write_record(
         output,
         source,
