@@ -18,7 +18,8 @@ runtime in one process, in the configuration ``--dali-best`` names (``best`` of 
 JSON) or else in three fixed ones. The network ceiling in PyTorch is
 ``scripts/bench/torch_ceiling.py`` (it needs the GPU machine's own torch). One JSON row per line.
 
-``memory`` loads one instance's network (FP16, NHWC, CUDA graphs) in a fresh process for each
+``memory`` loads one instance's network as its GPU config serves it (FP16 NHWC pixels into
+``model.fp16.nhwc.onnx``, CUDA graphs) in a fresh process for each
 combination of the ONNX Runtime CUDA EP options that decide memory and start time
 (:mod:`tritonprep.classifier.ort_options`; comma lists, every combination of them): the batch bucket
 sets (``;``-separated), ``cudnn_conv_algo_search``, ``cudnn_conv_use_max_workspace``,
@@ -168,10 +169,14 @@ def _memory_row(
     ep = dict(ep)
     layout, graphs = ep.pop("layout", "nhwc"), ep.pop("cuda_graphs", True)
     options = CudaEpOptions(**ep)
+    # what the GPU configs serve: FP16 NHWC pixels into model.fp16.nhwc.onnx (the NCHW layout: FP32 NCHW into the
+    # FP16 file, as the runtime casts it)
+    dims = (DIMS[1], DIMS[2], DIMS[0]) if layout == "nhwc" else DIMS
+    network_file = model_file(NETWORKS[network], "fp16", dims)
     t0 = time.perf_counter()
     rt = OrtCudaRuntime(
-        model_file(NETWORKS[network], "fp16"),
-        DIMS,
+        network_file,
+        dims,
         buckets=buckets,
         nhwc=layout == "nhwc",
         cuda_graphs=graphs,
@@ -179,11 +184,13 @@ def _memory_row(
         gpu_memory_mb=budget,
     )
     load_s = time.perf_counter() - t0
-    x = cp.asarray(np.random.default_rng(0).standard_normal((64, *DIMS), dtype=np.float32))
+    pixels = np.random.default_rng(0).standard_normal((64, *dims), dtype=np.float32)
+    x = cp.asarray(pixels.astype(np.float16) if layout == "nhwc" else pixels)
     med = statistics.median(timed(lambda: rt.infer(x), seconds))
     free1, _ = cp.cuda.runtime.memGetInfo()
     row = {
         "kind": f"{network}_memory",
+        "network_file": network_file.name,
         "config": f"onnxruntime-gpu FP16 {layout.upper()}{' graphs' if graphs else ''}, buckets "
         f"{','.join(map(str, buckets))}, {options.describe()}",
         "buckets": list(buckets),
