@@ -1,5 +1,5 @@
 """The fused resize/crop/normalize kernel against the CPU executor (Pillow), on real photos; the softmax/top-k
-kernel against the host's NumPy top-k."""
+kernel against the host's NumPy top-k; the unit-length kernel against the host's step."""
 
 from __future__ import annotations
 
@@ -144,3 +144,44 @@ def test_top_k_beyond_the_kernel_uses_the_host(cp):
     assert ids.dtype == np.int32 and ids.shape == (4, TOP_K_MAX + 1)
     np.testing.assert_array_equal(ids, want)
     np.testing.assert_allclose(scores, np.take_along_axis(probs, want, -1), rtol=1e-6)
+
+
+# ------------------------------------------------------------------ unit length (the embedder's last step)
+@pytest.mark.parametrize("dtype_in", [np.float32, np.float16])
+@pytest.mark.parametrize("dtype_out", [np.float32, np.float16])
+@pytest.mark.parametrize(("rows", "dim"), [(1, 1280), (7, 1280), (64, 1280), (3, 5), (0, 1280)])
+def test_unit_rows_kernel_is_the_host_step(cp, dtype_in, dtype_out, rows, dim):
+    from tritonprep.classifier.embedding import _unit
+    from tritonprep.kernels.launch import unit_rows
+
+    x = (np.random.default_rng(rows + dim).standard_normal((rows, dim)) * 3).astype(dtype_in)
+    got = unit_rows(cp.asarray(x), np.dtype(dtype_out))
+    assert got.shape == (rows, dim) and got.dtype == dtype_out and got.flags.c_contiguous
+    want = _unit(np, x).astype(dtype_out)
+    tol = 1e-3 if dtype_out == np.float16 else 1e-6  # the sum's order differs; fp16 rounds the result
+    np.testing.assert_allclose(cp.asnumpy(got).astype(np.float32), want.astype(np.float32), rtol=tol, atol=tol)
+    if rows:
+        np.testing.assert_allclose(np.linalg.norm(cp.asnumpy(got).astype(np.float32), axis=1), 1.0, rtol=tol * 4)
+
+
+def test_unit_rows_kernel_keeps_zero_rows_zero_and_nan_rows_nan(cp):
+    from tritonprep.classifier.embedding import _unit
+    from tritonprep.kernels.launch import unit_rows
+
+    x = np.ones((3, 1280), np.float32)
+    x[0] = 0.0
+    x[1, 17] = np.nan
+    got = cp.asnumpy(unit_rows(cp.asarray(x), np.dtype(np.float32)))
+    assert (got[0] == 0).all()
+    assert np.isnan(got[1]).all()  # np.maximum keeps the NaN, so the host's row is all NaN too
+    np.testing.assert_allclose(got[2], 1 / np.sqrt(1280), rtol=1e-6)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(_unit(np, x)))
+
+
+def test_unit_rows_kernel_refuses_what_it_does_not_take(cp):
+    from tritonprep.kernels.launch import unit_rows
+
+    with pytest.raises(ValueError, match="2-D float32/float16"):
+        unit_rows(cp.ones((2, 3, 4), cp.float32), np.dtype(np.float32))
+    with pytest.raises(ValueError, match="2-D float32/float16"):
+        unit_rows(cp.ones((2, 3), cp.float64), np.dtype(np.float32))

@@ -53,16 +53,22 @@ def onnx_file(model_dir: Path) -> Path:
 def as_embeddings(features: Any, dtype: np.dtype) -> Any:
     """The network's vectors (numpy or CuPy, where they are) at unit length in FP32, in the output dtype.
 
-    On the GPU the work runs on the current stream, which is synchronized before the vectors leave (Triton
-    reads them right after ``execute``), under the sticky-CUDA-error guard of every GPU path.
+    On the GPU the work is one kernel (:func:`tritonprep.kernels.launch.unit_rows`, the same for any batch, so a
+    warm-up of one image compiles all of it) on the current stream, which is synchronized before the vectors leave
+    (Triton reads them right after ``execute``), under the sticky-CUDA-error guard of every GPU path.
     """
     if isinstance(features, np.ndarray):
         return _unit(np, features).astype(dtype, copy=False)
     cp = import_cupy()
+    from ..kernels.launch import UNIT_DTYPES, unit_rows
+
     with features.device:
         stream = cp.cuda.get_current_stream()
         with cuda_fault_guard(features.device.id, "the embedder", probe=stream.synchronize):
-            out = _unit(cp, features).astype(dtype, copy=False)
+            if features.ndim == 2 and features.dtype in UNIT_DTYPES and np.dtype(dtype) in UNIT_DTYPES:
+                out = unit_rows(features, dtype)  # one launch, the same kernel for any batch
+            else:
+                out = _unit(cp, features).astype(dtype, copy=False)
             stream.synchronize()
     return out
 

@@ -1,5 +1,5 @@
-"""CUDA kernels: the GPU executor's preprocessing and the classifier's softmax/top-k; owns every line of device
-code and how it is launched.
+"""CUDA kernels: the GPU executor's preprocessing, the classifier's softmax/top-k and the embedder's unit-length
+step; owns every line of device code and how it is launched.
 
 * ``*.cu`` - the CUDA sources (package data), the only place device code lives;
 * :mod:`.layout` - the per-image metadata the kernels read: one table, used by the launcher

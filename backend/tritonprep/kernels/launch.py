@@ -134,6 +134,37 @@ def softmax_top_k(logits: cupy.ndarray, k: int, wait: bool = True) -> tuple[np.n
     return np.ascontiguousarray(host[:, 0]), np.ascontiguousarray(host[:, 1]).view(np.int32)
 
 
+#: threads per block of the unit-length kernel (one block per row)
+UNIT_THREADS = 256
+#: the dtypes it reads and writes
+UNIT_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
+
+
+@cupy.memoize(for_each_device=True)
+def _unit_rows_kernel(in_half: bool, out_half: bool) -> cupy.RawKernel:
+    defines = [flag for flag, on in (("IN_HALF", in_half), ("OUT_HALF", out_half)) if on]
+    options = ("--std=c++14", f"-DUNIT_THREADS={UNIT_THREADS}", *(f"-D{d}" for d in defines))
+    module = cupy.RawModule(code=_source("unit_rows.cu"), options=options)
+    return module.get_function("tritonprep_unit_rows")
+
+
+def unit_rows(x: cupy.ndarray, dtype: np.dtype) -> cupy.ndarray:
+    """Each row of ``x`` (a 2-D float32 or float16 batch) divided by its length, computed in float32 (an all-zero
+    row stays zero, a row holding a NaN is all NaN), as a new C-contiguous array of ``dtype`` (float32 or float16):
+    one launch on the current stream, not synchronized."""
+    dtype = np.dtype(dtype)
+    if x.ndim != 2 or x.dtype not in UNIT_DTYPES or dtype not in UNIT_DTYPES:
+        raise ValueError(f"unit_rows takes a 2-D float32/float16 batch into float32/float16; got {x.dtype} "
+                         f"{x.shape} into {dtype}")  # fmt: skip
+    x = cupy.ascontiguousarray(x)
+    out = cupy.empty(x.shape, dtype)
+    rows, dim = x.shape
+    if rows and dim:
+        kernel = _unit_rows_kernel(x.dtype == np.float16, dtype == np.float16)
+        kernel((rows,), (UNIT_THREADS,), (x, out, np.int32(dim)))
+    return out
+
+
 def illegal_write(stream: cupy.cuda.Stream) -> None:
     """Fault injection only: poison this process's CUDA context with an illegal-address error."""
     kernel = cupy.RawModule(code=_source("fault.cu")).get_function("tritonprep_illegal_write")

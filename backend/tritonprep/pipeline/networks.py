@@ -106,10 +106,11 @@ def warm_top_k(top_k: TopK | None, runtime: Runtime, input_dims: Sequence[int]) 
 
 def warm_embeddings(runtime: Runtime, input_dims: Sequence[int], dtype: np.dtype) -> None:
     """One image of zeros through the network and the unit-length step (:func:`as_embeddings`), where both run on
-    the GPU: CuPy compiles that step's kernels (or reads them from its cache) while loading, not in the first
-    requests, which on a machine with an empty cache waited behind the compile past their queue timeout (the first
-    server on a fresh H100 refused `analyze` requests so, reports/2026-11-27-gpu-stage21; ``embed_warm`` in the
-    runtime's timings)."""
+    the GPU: that step's kernel (one for any batch) is compiled, or read from CuPy's cache, while loading, not in the
+    first requests (``embed_warm`` in the runtime's timings). The first server on a fresh H100 refused `analyze`
+    requests at their queue timeout while CuPy compiled the step's kernels (reports/2026-11-27-gpu-stage21 and
+    stage 22: CuPy compiles its elementwise and reduction kernels per shape class, so a warm-up of one image did
+    not compile what a batch of several ran)."""
     if runtime.on_gpu:
         t0 = time.perf_counter()
         as_embeddings(runtime.infer(np.zeros((1, *input_dims), np.float32)), dtype)
