@@ -352,3 +352,28 @@ def test_with_prep_sink_the_instances_server_gets_the_pool_its_sink_shares(tmp_p
     assert _classifier_queue(with_sink, pool) < reference / 2  # what the harness's pool gave (44 against 97)
     assert _classifier_queue(with_sink, grown["cuda_memory_pool_mb"]) >= reference
     assert reference >= 64  # the c=64 point's requests fit the classifier's queue of the classify-only copy
+
+
+def _queues(repo: Path, pool_mb: int) -> dict[str, int]:
+    """Every admitted queue (requests) of ``repo`` served on one GPU with a CUDA pool of ``pool_mb``."""
+    from tritonprep.launcher.served import admission_of, read_models
+
+    return {q.model: q.max_queue_size for q in admission_of(read_models(repo, "gpu"), pool_mb, 1).queues}
+
+
+def test_the_gpus_phase_server_admits_the_c64_points_of_its_opened_copy(tmp_path):
+    """The gpus phase serves the shipped repository with its queues opened up: in the launcher's pool the classifier
+    and the embedder shared it evenly (31 requests each) and 8 images/request at c=64 was refused; its server gets
+    twice the pool, and each admits a c=64 point's requests."""
+    from scripts.bench.harness.phases import gpus
+    from tritonprep.launcher.options import ServerOptions
+
+    assert gpus.server_options(0) == {}  # the CPU host: the launcher's own
+    options = gpus.server_options(2)
+    assert options["gpus"] == (0, 1) and options["queue_timeout_ms"] == 0
+    assert options["cuda_memory_pool_mb"] == 2 * ServerOptions.cuda_memory_pool_mb
+    repo = repos.open_copy(tmp_path / "open")
+    default = _queues(repo, ServerOptions.cuda_memory_pool_mb)
+    assert default["classifier"] < 64 and default["embedder"] < 64  # what refused the c=64 points
+    grown = _queues(repo, int(options["cuda_memory_pool_mb"]))
+    assert grown["classifier"] >= 64 and grown["embedder"] >= 64
