@@ -244,7 +244,8 @@ def test_the_classifier_gpu_config_changes_only_instances_and_batching():
 
 def test_the_embedder_gpu_config_takes_what_the_gpu_preprocess_makes_and_changes_nothing_else():
     """The embedder's GPU config: EMBED_PIXELS as the GPU preprocess makes them (FP16 channel-last, which the runtime
-    runs as model.fp16.nhwc.onnx) and its 64 bucket fused; otherwise the default config but for its queue."""
+    runs as model.fp16.nhwc.onnx), its 64 bucket fused and no queue delay (a lone request runs at once, as the
+    classifier's GPU config); otherwise the default config but for its queue."""
     default = load_config(REPO / "embedder" / "config.pbtxt")
     gpu = load_config(REPO / "embedder" / "configs" / "gpu.pbtxt")
     preprocess = load_config(REPO / "preprocess" / "configs" / "gpu.pbtxt")
@@ -257,8 +258,11 @@ def test_the_embedder_gpu_config_takes_what_the_gpu_preprocess_makes_and_changes
         "64",
         "false",  # the container's embedder runs config.pbtxt: not measured fused
     )
+    delays = (gpu.dynamic_batching.max_queue_delay_microseconds, default.dynamic_batching.max_queue_delay_microseconds)
+    assert delays == (0, 1000)  # the CPU keeps batching a little
     for cfg in (default, gpu):
         cfg.dynamic_batching.default_queue_policy.ClearField("max_queue_size")
+        cfg.dynamic_batching.ClearField("max_queue_delay_microseconds")
         del cfg.parameters["fuse_conv_bias"]
     assert default == gpu
 
