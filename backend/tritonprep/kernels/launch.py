@@ -150,18 +150,19 @@ def _unit_rows_kernel(in_half: bool, out_half: bool) -> cupy.RawKernel:
 
 def unit_rows(x: cupy.ndarray, dtype: np.dtype) -> cupy.ndarray:
     """Each row of ``x`` (a 2-D float32 or float16 batch) divided by its length, computed in float32 (an all-zero
-    row stays zero, a row holding a NaN is all NaN), as a new C-contiguous array of ``dtype`` (float32 or float16):
-    one launch on the current stream, not synchronized."""
+    row stays zero, a row holding a NaN is all NaN), as a new C-contiguous array of ``dtype`` (float32 or float16) on
+    ``x``'s GPU: one launch on that GPU's current stream, not synchronized."""
     dtype = np.dtype(dtype)
     if x.ndim != 2 or x.dtype not in UNIT_DTYPES or dtype not in UNIT_DTYPES:
         raise ValueError(f"unit_rows takes a 2-D float32/float16 batch into float32/float16; got {x.dtype} "
                          f"{x.shape} into {dtype}")  # fmt: skip
-    x = cupy.ascontiguousarray(x)
-    out = cupy.empty(x.shape, dtype)
-    rows, dim = x.shape
-    if rows and dim:
-        kernel = _unit_rows_kernel(x.dtype == np.float16, dtype == np.float16)
-        kernel((rows,), (UNIT_THREADS,), (x, out, np.int32(dim)))
+    with x.device:
+        x = cupy.ascontiguousarray(x)
+        out = cupy.empty(x.shape, dtype)
+        rows, dim = x.shape
+        if rows and dim:
+            kernel = _unit_rows_kernel(x.dtype == np.float16, dtype == np.float16)
+            kernel((rows,), (UNIT_THREADS,), (x, out, np.int32(dim)))
     return out
 
 
