@@ -120,6 +120,11 @@ def read_upper_list(_name: str, text: str) -> tuple[str, ...]:
     return tuple(v.strip().upper() for v in text.split(",") if v.strip())
 
 
+def read_lower_list(_name: str, text: str) -> tuple[str, ...]:
+    """Comma-separated words, lower-cased, empty items skipped."""
+    return tuple(v.strip().lower() for v in text.split(",") if v.strip())
+
+
 def check_choice(name: str, value: str, choices: Sequence[str]) -> None:
     """Raise :class:`ConfigError` unless ``value`` is one of ``choices``."""
     if value not in choices:

@@ -197,8 +197,10 @@ def test_a_decoder_stage_used_twice_in_one_call_never_reuses_its_own_buffers(cp,
             assert [i for i in range(len(pool)) if not np.array_equal(got[i], alone[i])] == []
 
 
-def test_hardware_and_cuda_decoders_split_deterministically(cp, nvimgcodec, photos):
-    """hw_decoder_share < 1: both decoders work at once, each image always goes to the same one."""
+@pytest.mark.parametrize("backends", [("gpu_only", "hybrid_cpu_gpu"), ("hybrid_cpu_gpu",)])
+def test_hardware_and_cuda_decoders_split_deterministically(cp, nvimgcodec, photos, backends):
+    """hw_decoder_share < 1: both decoders work at once, each image always goes to the same one; the CUDA stage with
+    its default backends or with the hybrid one alone (Huffman decoding on its host threads)."""
     from tritonprep.executors.gpu import GpuExecutor
 
     rng = np.random.default_rng(5)
@@ -207,7 +209,7 @@ def test_hardware_and_cuda_decoders_split_deterministically(cp, nvimgcodec, phot
         encode(np.asarray(src.resize((int(rng.integers(300, 900)), int(rng.integers(300, 900))))), "JPEG", quality=90)
         for _ in range(32)
     ]
-    spec = PreprocessConfig.single(RAW, decoding=DecoderOptions(hw_decoder_share=0.5))
+    spec = PreprocessConfig.single(RAW, decoding=DecoderOptions(hw_decoder_share=0.5, cuda_decoder_backends=backends))
     with GpuExecutor(spec, 0) as ex:
         first = ex.run(pool)
         assert first.decoded_by.get("gpu_hw", 0) > 0 and first.decoded_by.get("gpu_cuda", 0) > 0, first.decoded_by

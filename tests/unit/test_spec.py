@@ -194,6 +194,16 @@ def test_a_choice_is_checked_once_in_code_as_in_config():
         DecoderOptions(gpu_decoder="cpu")
 
 
+def test_the_cuda_decoder_backends_are_nvimagecodecs_names_one_or_both():
+    """cuda_decoder_backends reads nvImageCodec's backend names (any case) and refuses others, none or repeats."""
+    options = PreprocessConfig.from_parameters({"cuda_decoder_backends": " HYBRID_CPU_GPU "}).decoding
+    assert options.cuda_decoder_backends == ("hybrid_cpu_gpu",)
+    assert DecoderOptions().cuda_decoder_backends == ("gpu_only", "hybrid_cpu_gpu")
+    for bad in ("cpu_only", "", "gpu_only,gpu_only", "hw_gpu_only"):
+        with pytest.raises(ConfigError, match="cuda_decoder_backends must be one or both of gpu_only, hybrid_cpu_gpu"):
+            PreprocessConfig.from_parameters({"cuda_decoder_backends": bad})
+
+
 def test_the_gpu_config_is_the_default_one_with_gpu_instances_and_batching():
     """configs/gpu.pbtxt (picked on GPU machines) changes only instances and batching, and hands the networks FP16
     channel-last; the container's configs are the same in FP32 NCHW (its networks' input)."""

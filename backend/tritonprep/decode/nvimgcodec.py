@@ -260,7 +260,7 @@ class GpuDecoder:
         """The nvJPEG CUDA / hybrid decoder object, or None where it cannot be created."""
         nv = self.nv
         try:
-            kinds = (nv.BackendKind.GPU_ONLY, nv.BackendKind.HYBRID_CPU_GPU)
+            kinds = tuple(getattr(nv.BackendKind, name.upper()) for name in options.cuda_decoder_backends)
             dec = make_decoder(nv, self.device_id, kinds, decoder_options(options)[0], options.cuda_decoder_threads)
         except RuntimeError as e:
             log.info("nvImageCodec CUDA decoder unavailable on GPU %d: %s", self.device_id, e)

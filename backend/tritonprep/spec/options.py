@@ -13,6 +13,8 @@ from ..parameters import check_choice
 
 EXECUTORS = ("auto", "gpu", "cpu")
 GPU_DECODERS = ("nvimgcodec", "pillow")
+#: nvImageCodec's backends the CUDA stage may use (its BackendKind names, lower-case)
+CUDA_DECODER_BACKENDS = ("gpu_only", "hybrid_cpu_gpu")
 KNOWN_FORMATS = ("JPEG", "PNG", "WEBP", "BMP", "GIF", "TIFF", "JPEG2000")
 #: the formats nvImageCodec's GPU decoders may take (nvJPEG, nvJPEG2000, nvTIFF); Pillow decodes the others
 GPU_FORMATS = ("JPEG", "JPEG2000", "TIFF")
@@ -37,6 +39,9 @@ class DecoderOptions:
     #: host threads of each hardware decoder, and of the nvJPEG CUDA decoder (0: nvImageCodec's default)
     hw_decoder_threads: int = 1
     cuda_decoder_threads: int = 2
+    #: the CUDA stage's nvImageCodec backends: gpu_only (nvJPEG on the GPU, nvJPEG2000, nvTIFF), hybrid_cpu_gpu (a
+    #: JPEG's Huffman decoding on the host threads, the rest on the GPU)
+    cuda_decoder_backends: tuple[str, ...] = CUDA_DECODER_BACKENDS
     #: (width, height, batch) the hardware decoders preallocate buffers for
     hw_decoder_prealloc: tuple[int, int, int] = (1024, 768, 64)
     #: JPEG chroma upsampling like libjpeg-turbo's default
@@ -55,6 +60,11 @@ class DecoderOptions:
                 raise ConfigError(
                     f"{name} must be >= 0 (0: nvImageCodec's default, cores - 1), got {getattr(self, name)}"
                 )
+        backends = self.cuda_decoder_backends
+        if not backends or len(set(backends)) != len(backends) or set(backends) - set(CUDA_DECODER_BACKENDS):
+            raise ConfigError(
+                f"cuda_decoder_backends must be one or both of {', '.join(CUDA_DECODER_BACKENDS)}; got {backends}"
+            )
         if len(self.hw_decoder_prealloc) != 3 or min(self.hw_decoder_prealloc) < 1:
             raise ConfigError("hw_decoder_prealloc must be three positive integers: width,height,batch")
         if any(f not in GPU_FORMATS for f in self.gpu_formats):

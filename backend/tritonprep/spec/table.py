@@ -22,6 +22,7 @@ from ..parameters import (
     read_int,
     read_ints,
     read_lower,
+    read_lower_list,
     read_upper,
     read_upper_list,
 )
@@ -127,6 +128,14 @@ PARAMETERS: tuple[Parameter, ...] = (
         read_int,
         "2",
         "host threads of the nvJPEG CUDA decoder",
+    ),
+    Parameter(
+        "cuda_decoder_backends",
+        "decoding.cuda_decoder_backends",
+        read_lower_list,
+        "gpu_only,hybrid_cpu_gpu",
+        "nvImageCodec backends of the CUDA stage: gpu_only (nvJPEG on the GPU, nvJPEG2000, nvTIFF), hybrid_cpu_gpu "
+        "(a JPEG's Huffman decoding on the host threads, the rest on the GPU)",
     ),
     Parameter(
         "hw_decoder_prealloc",
