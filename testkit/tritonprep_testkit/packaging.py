@@ -17,7 +17,7 @@ from .servers import REPO
 #: the folders that hold the distribution's packages (pyproject.toml's ``packages.find.where``)
 PACKAGE_ROOTS = ("backend", "client")
 #: package data, relative to ``backend/`` (pyproject.toml's ``package-data``)
-DATA_PATTERNS = ("tritonprep/data/*.txt", "tritonprep/kernels/*.cu")
+DATA_PATTERNS = ("tritonprep/data/*.txt", "tritonprep/kernels/*.cu", "tritonprep/kernels/*.cuh")
 #: the model repository inside the wheel
 PACKAGED_REPOSITORY = "tritonprep/model_repository"
 #: what runtimes and Python write beside the models: never in the wheel

@@ -82,7 +82,8 @@ def test_the_wheel_holds_every_package_data_file_and_the_model_repository(wheel_
 
     expected = expected_files()
     assert {"tritonprep/pipeline/fused.py", "tritonprep/data/imagenet_labels.txt"} <= expected
-    assert {"tritonprep/kernels/resize_normalize.cu", "tritonprep_client/cli.py"} <= expected
+    assert {"tritonprep/kernels/resize_normalize.cu", "tritonprep/kernels/half.cuh"} <= expected
+    assert "tritonprep_client/cli.py" in expected
     repository = {f"{PACKAGED_REPOSITORY}/{name}" for name in NETWORKS}
     repository |= {f"{PACKAGED_REPOSITORY}/{m}/config.pbtxt" for m in ("classify", "preprocess", "classifier")}
     repository |= {f"{PACKAGED_REPOSITORY}/classifier/1/model.py", f"{PACKAGED_REPOSITORY}/classify/1/.gitkeep"}

@@ -28,11 +28,16 @@ def _source(name: str) -> str:
     return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
 
 
+def _kernel_source(name: str) -> str:
+    """A kernel's source after the element types it reads and writes (``half.cuh``: ``in_t``, ``out_t``)."""
+    return _source("half.cuh") + "\n" + _source(name)
+
+
 @cupy.memoize(for_each_device=True)
 def _resize_normalize_kernel(half: bool, nhwc: bool, bgr: bool, flags: tuple[str, ...]) -> cupy.RawKernel:
     defines = [flag for flag, on in (("OUT_HALF", half), ("OUT_NHWC", nhwc), ("OUT_BGR", bgr)) if on] + list(flags)
     module = cupy.RawModule(
-        code=_source("resize_normalize.cu"),
+        code=_kernel_source("resize_normalize.cu"),
         options=("--std=c++14", *cuda_defines(), *(f"-D{d}" for d in defines)),
     )
     return module.get_function("tritonprep_resize_normalize")
@@ -144,7 +149,7 @@ UNIT_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
 def _unit_rows_kernel(in_half: bool, out_half: bool) -> cupy.RawKernel:
     defines = [flag for flag, on in (("IN_HALF", in_half), ("OUT_HALF", out_half)) if on]
     options = ("--std=c++14", f"-DUNIT_THREADS={UNIT_THREADS}", *(f"-D{d}" for d in defines))
-    module = cupy.RawModule(code=_source("unit_rows.cu"), options=options)
+    module = cupy.RawModule(code=_kernel_source("unit_rows.cu"), options=options)
     return module.get_function("tritonprep_unit_rows")
 
 

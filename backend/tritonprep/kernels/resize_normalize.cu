@@ -28,23 +28,10 @@
 // contraction moves a position across a weight's rounding boundary. The NumPy twin, tested
 // bit-exact against OpenCV, is tritonprep/executors/opencv.py (linear_window).
 //
-// Compile-time options (-D): OUT_HALF (fp16 output, else fp32), OUT_NHWC (else NCHW),
+// Compile-time options (-D): OUT_HALF (fp16 output, else fp32: out_t and to_out, half.cuh), OUT_NHWC (else NCHW),
 // OUT_BGR (else RGB), FILTER_BICUBIC (else bilinear) or FILTER_CV2_LINEAR; and from
 // kernels/layout.py, which defines the per-image metadata, the index of each field (META_SRC_W, ...)
 // and the row length META_STRIDE.
-
-#ifdef OUT_HALF
-// IEEE fp16 bits, converted with round-to-nearest-even by the PTX instruction (no header needed under NVRTC)
-typedef unsigned short out_t;
-__device__ __forceinline__ out_t to_out(float v) {
-    unsigned short h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
-    return h;
-}
-#else
-typedef float out_t;
-__device__ __forceinline__ out_t to_out(float v) { return v; }
-#endif
 
 #ifdef FILTER_BICUBIC
 #define FILTER_SUPPORT 2.0

@@ -2,8 +2,8 @@
 // launch instead of CuPy's cast, square, sum, square root, maximum and division (each its own kernel, each
 // compiled for the batch's shape the first time it is seen).
 //
-//   x    [rows, dim] float32 (or fp16 with IN_HALF), C-contiguous
-//   out  [rows, dim] float32 (or fp16 with OUT_HALF), C-contiguous
+//   x    [rows, dim] float32 (or fp16 with IN_HALF: in_t and from_in, half.cuh), C-contiguous
+//   out  [rows, dim] float32 (or fp16 with OUT_HALF: out_t and to_out), C-contiguous
 //
 // In float32, like the NumPy reference (tritonprep.classifier.embedding._unit): out = v / max(|v|, 1e-12),
 // so an all-zero row stays zero; a NaN anywhere in a row makes the whole row NaN (np.maximum keeps the NaN,
@@ -11,31 +11,6 @@
 
 #ifndef UNIT_THREADS
 #define UNIT_THREADS 256
-#endif
-
-// IEEE fp16 bits, converted by PTX instructions (no header needed under NVRTC)
-#ifdef IN_HALF
-typedef unsigned short in_t;
-__device__ __forceinline__ float from_in(in_t h) {
-    float v;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(v) : "h"(h));
-    return v;
-}
-#else
-typedef float in_t;
-__device__ __forceinline__ float from_in(in_t v) { return v; }
-#endif
-
-#ifdef OUT_HALF
-typedef unsigned short out_t;
-__device__ __forceinline__ out_t to_out(float v) {
-    unsigned short h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
-    return h;
-}
-#else
-typedef float out_t;
-__device__ __forceinline__ out_t to_out(float v) { return v; }
 #endif
 
 extern "C" __global__ void tritonprep_unit_rows(const in_t* __restrict__ x, out_t* __restrict__ out, const int dim) {
