@@ -322,15 +322,18 @@ def test_every_config_of_a_benchmark_repository_is_a_triton_model_config(tmp_pat
             assert cfg.dynamic_batching.default_queue_policy.max_queue_size == 4096, rel
 
 
-# ---------------------------------------------------------------------- the instances phase's server
-def _classifier_queue(repo: Path, pool_mb: int) -> int:
-    """The classifier's admitted queue (requests) when ``repo`` is served on one GPU with a CUDA pool of ``pool_mb``:
-    the launcher's own admission on the benchmark copy's GPU configs."""
+# ---------------------------------------------------------------------- the instances and gpus phases' servers
+def _queues(repo: Path, pool_mb: int) -> dict[str, int]:
+    """Every admitted queue (requests) of ``repo`` served on one GPU with a CUDA pool of ``pool_mb``: the launcher's
+    own admission on the benchmark copy's GPU configs."""
     from tritonprep.launcher.served import admission_of, read_models
 
-    admission = admission_of(read_models(repo, "gpu"), pool_mb, 1)
-    [queue] = [q for q in admission.queues if q.model == "classifier"]
-    return queue.max_queue_size
+    return {q.model: q.max_queue_size for q in admission_of(read_models(repo, "gpu"), pool_mb, 1).queues}
+
+
+def _classifier_queue(repo: Path, pool_mb: int) -> int:
+    """The classifier's admitted queue (requests) of ``repo`` (:func:`_queues`)."""
+    return _queues(repo, pool_mb)["classifier"]
 
 
 def test_with_prep_sink_the_instances_server_gets_the_pool_its_sink_shares(tmp_path):
@@ -352,13 +355,6 @@ def test_with_prep_sink_the_instances_server_gets_the_pool_its_sink_shares(tmp_p
     assert _classifier_queue(with_sink, pool) < reference / 2  # what the harness's pool gave (44 against 97)
     assert _classifier_queue(with_sink, grown["cuda_memory_pool_mb"]) >= reference
     assert reference >= 64  # the c=64 point's requests fit the classifier's queue of the classify-only copy
-
-
-def _queues(repo: Path, pool_mb: int) -> dict[str, int]:
-    """Every admitted queue (requests) of ``repo`` served on one GPU with a CUDA pool of ``pool_mb``."""
-    from tritonprep.launcher.served import admission_of, read_models
-
-    return {q.model: q.max_queue_size for q in admission_of(read_models(repo, "gpu"), pool_mb, 1).queues}
 
 
 def test_the_gpus_phase_server_admits_the_c64_points_of_its_opened_copy(tmp_path):

@@ -60,12 +60,12 @@ def as_embeddings(features: Any, dtype: np.dtype) -> Any:
     if isinstance(features, np.ndarray):
         return _unit(np, features).astype(dtype, copy=False)
     cp = import_cupy()
-    from ..kernels.launch import UNIT_DTYPES, unit_rows
+    from ..kernels.launch import unit_rows, unit_rows_takes
 
     with features.device:
         stream = cp.cuda.get_current_stream()
         with cuda_fault_guard(features.device.id, "the embedder", probe=stream.synchronize):
-            if features.ndim == 2 and features.dtype in UNIT_DTYPES and np.dtype(dtype) in UNIT_DTYPES:
+            if unit_rows_takes(features, dtype):
                 out = unit_rows(features, dtype)  # one launch, the same kernel for any batch
             else:
                 out = _unit(cp, features).astype(dtype, copy=False)

@@ -153,12 +153,17 @@ def _unit_rows_kernel(in_half: bool, out_half: bool) -> cupy.RawKernel:
     return module.get_function("tritonprep_unit_rows")
 
 
+def unit_rows_takes(x: cupy.ndarray, dtype: np.dtype) -> bool:
+    """Whether :func:`unit_rows` takes ``x`` into ``dtype``: a 2-D float32 or float16 batch into float32 or float16."""
+    return x.ndim == 2 and x.dtype in UNIT_DTYPES and np.dtype(dtype) in UNIT_DTYPES
+
+
 def unit_rows(x: cupy.ndarray, dtype: np.dtype) -> cupy.ndarray:
     """Each row of ``x`` (a 2-D float32 or float16 batch) divided by its length, computed in float32 (an all-zero
     row stays zero, a row holding a NaN is all NaN), as a new C-contiguous array of ``dtype`` (float32 or float16) on
     ``x``'s GPU: one launch on that GPU's current stream, not synchronized."""
     dtype = np.dtype(dtype)
-    if x.ndim != 2 or x.dtype not in UNIT_DTYPES or dtype not in UNIT_DTYPES:
+    if not unit_rows_takes(x, dtype):
         raise ValueError(f"unit_rows takes a 2-D float32/float16 batch into float32/float16; got {x.dtype} "
                          f"{x.shape} into {dtype}")  # fmt: skip
     with x.device:
