@@ -150,3 +150,70 @@ def test_load_runtime_picks_the_cuda_runtime_on_a_gpu_instance(ort_gpu):
     options = RuntimeOptions.from_parameters({"runtime": "onnxruntime", "batch_buckets": "1,2,4"}, 4)
     rt = load_runtime(ONNX, DIMS, options=options, device_id=0, use_gpu=True, max_batch=4)
     assert rt.on_gpu and rt.name.startswith("onnxruntime-cuda")
+
+
+def wait_for_late_buckets(rt, timeout_s: float = 180.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while rt._late is not None and not rt._late.ready():
+        assert time.monotonic() < deadline, "the late buckets were not made in time"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["unfused", "fused"])
+def test_a_late_bucket_is_made_while_serving_and_a_lone_image_runs_on_it(cp, ort_gpu, batch, fused):
+    """The shipped classifier's GPU form: buckets 8 at start, 1 made on a thread, captured by the serving thread at
+    its next call; a lone image then runs on it with the answer it had padded into the 8."""
+    from tritonprep.classifier.ort_cuda import OrtCudaRuntime
+    from tritonprep.classifier.ort_options import CudaEpOptions
+    from tritonprep.network_files import model_file
+
+    rt = OrtCudaRuntime(
+        model_file(ONNX, "fp16"),
+        DIMS,
+        device_id=0,
+        buckets=(8,),
+        late_buckets=(1,),
+        nhwc=True,
+        cuda_graphs=True,
+        ep_options=CudaEpOptions(fuse_conv_bias=(1,) if fused else False),
+    )
+    try:
+        x = upload(cp, batch)
+        padded = rt.infer(x[:1]).get()  # the thread is still making bucket 1 (seconds): this runs on the 8
+        wait_for_late_buckets(rt)
+        alone = rt.infer(x[:1]).get()  # adopts it first
+        assert rt._late is None and [b.size for b in rt._buckets] == [1, 8] and rt.chunks_for(1) == [1]
+        assert {"late_b1", "late_adopt"} <= set(rt.timings)
+        np.testing.assert_allclose(softmax(alone), softmax(padded), rtol=0, atol=0.01)
+        np.testing.assert_allclose(rt.infer(x[:1]).get(), alone, rtol=0, atol=1e-3)  # replayed: the same
+        four = rt.infer(x).get()  # batches the plan spreads over both buckets
+        np.testing.assert_allclose(softmax(four[:1]), softmax(alone), rtol=0, atol=0.01)
+    finally:
+        rt.close()
+
+
+def test_closing_while_a_late_bucket_is_made_stops_it(cp, ort_gpu):
+    """A stop right after the start: the late bucket's first run (here a fused one, which compiles) is asked to end;
+    the close neither crashes nor waits the bucket out."""
+    import time
+
+    from tritonprep.classifier.ort_cuda import OrtCudaRuntime
+    from tritonprep.classifier.ort_options import CudaEpOptions
+    from tritonprep.network_files import model_file
+
+    rt = OrtCudaRuntime(
+        model_file(ONNX, "fp16"),
+        DIMS,
+        device_id=0,
+        buckets=(8,),
+        late_buckets=(2, 4),
+        nhwc=True,
+        ep_options=CudaEpOptions(fuse_conv_bias=(2, 4)),
+    )
+    time.sleep(0.5)
+    t0 = time.perf_counter()
+    rt.close()
+    assert time.perf_counter() - t0 < 12.0
+    assert rt._late is None and rt._buckets == []

@@ -173,6 +173,26 @@ def test_the_fused_buckets_follow_the_buckets_the_budget_chose(buckets, fused):
     RuntimeOptions.from_parameters(runtime, 256)  # the served config loads
 
 
+@pytest.mark.parametrize(
+    ("buckets", "late", "fuse", "kept_late", "kept_fuse"),
+    [((8, 64), "1", "1,64", "1", "1,64"), ((8, 32), "1,16", "1,64", "1,16", "1,"), ((8,), "1,16", "16", "1", "false")],
+)
+def test_the_late_buckets_follow_the_buckets_the_budget_chose(buckets, late, fuse, kept_late, kept_fuse):
+    from tritonprep.classifier.runtimes import RuntimeOptions
+    from tritonprep.launcher.budget import Choice
+    from tritonprep.launcher.served import ModelFile, apply
+
+    mf = ModelFile("classifier", Path("configs/gpu.pbtxt"), read(REPO / "classifier" / "configs" / "gpu.pbtxt"))
+    assert mf.config.parameters["late_batch_buckets"].string_value == "1"  # as shipped
+    mf.config.parameters["late_batch_buckets"].string_value = late
+    mf.config.parameters["fuse_conv_bias"].string_value = fuse
+    apply(mf, Choice("classifier", 1, buckets, 1500, 2, (8, 64)))
+    params = {k: v.string_value for k, v in mf.config.parameters.items()}
+    assert (params["late_batch_buckets"], params["fuse_conv_bias"]) == (kept_late, kept_fuse)
+    runtime = {k: v for k, v in params.items() if k not in ("network_turns", "FORCE_CPU_ONLY_INPUT_TENSORS", "labels")}
+    RuntimeOptions.from_parameters(runtime, 256)  # the served config loads
+
+
 def test_a_budget_that_cannot_fit_refuses_before_anything_is_written(tmp_path):
     with pytest.raises(ServerError, match="cannot hold one instance of each GPU model"):
         serve_copy(gpu_repository(tmp_path), tmp_path / "served", "gpu", 4000, FIXED, 1024)

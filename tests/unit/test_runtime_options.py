@@ -28,6 +28,14 @@ def test_buckets_may_stop_below_max_batch_size_larger_batches_run_in_chunks():
     assert RuntimeOptions.from_parameters({"batch_buckets": "1,8,64"}, 256).batch_buckets == (1, 8, 64)
 
 
+def test_late_buckets_are_smaller_sizes_the_fused_ones_may_name():
+    options = RuntimeOptions.from_parameters(
+        {"batch_buckets": "8,64", "late_batch_buckets": "1,16", "fuse_conv_bias": "1,64"}, 256
+    )
+    assert options.late_batch_buckets == (1, 16) and options.ep.fuses(1) and not options.ep.fuses(8)
+    assert options.budget_mb is None and RuntimeOptions.from_parameters({}, 256).late_batch_buckets == ()
+
+
 @pytest.mark.parametrize(
     ("params", "message"),
     [
@@ -39,6 +47,10 @@ def test_buckets_may_stop_below_max_batch_size_larger_batches_run_in_chunks():
         ({"batch_buckets": "0,2,4"}, "positive"),
         ({"gpu_mem_limit_mb": "lots"}, "whole number"),
         ({"warp_speed": "9"}, "unknown classifier parameter"),
+        ({"batch_buckets": "8,64", "late_batch_buckets": "8"}, "below the largest of batch_buckets"),
+        ({"batch_buckets": "8,64", "late_batch_buckets": "1,128"}, "below the largest of batch_buckets"),
+        ({"batch_buckets": "8,64", "late_batch_buckets": "4,1"}, "late_batch_buckets must be increasing"),
+        ({"batch_buckets": "8,64", "fuse_conv_bias": "1,64"}, "neither batch_buckets"),
     ],
 )
 def test_bad_parameters_say_what_is_allowed(params, message):
@@ -85,7 +97,7 @@ def test_the_runtime_parameter_table_is_the_one_source_of_names_and_defaults():
 
 
 def test_a_model_file_onnx_runtime_cannot_read_is_named_not_the_gpu_install(tmp_path):
-    from tritonprep.classifier.ort_cuda import GPU_INSTALL_HINT, session_error
+    from tritonprep.classifier.ort_options import GPU_INSTALL_HINT, session_error
 
     bad = tmp_path / "model.b8.onnx"
     err = session_error(bad, ["InvalidProtobuf: [ONNXRuntimeError] : 7 : INVALID_PROTOBUF : Load model failed"])

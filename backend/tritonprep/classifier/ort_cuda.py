@@ -13,7 +13,9 @@ gets a session of its own that only ever sees that one shape:
   from where it lives, a GPU tensor from the preprocess model included: no trip through the host;
 * with ``cuda_graphs`` each bucket's network is captured once as a CUDA graph and replayed, which
   removes the per-kernel launch cost that dominates small batches;
-* every bucket runs (and is captured) while the model loads, so no request pays a tuning or a capture;
+* every bucket runs (and is captured) while the model loads, so no request pays a tuning or a capture; *late*
+  buckets (:mod:`.late_buckets`) are made on a thread while the model serves instead, which keeps their seconds out
+  of the start, and one call captures and times them once they are made;
 * a batch runs on the buckets that cover it in the least time (:mod:`.bucket_plan`: each bucket's replay
   is timed once it is captured), so a few buckets serve every batch size.
 
@@ -23,8 +25,9 @@ use too. ORT is told not to synchronize it at the end of a run (run option
 runs, the copy out (none where ``then`` reads one bucket run in place) and whatever the caller enqueues after
 them (``then``: the top-k kernel and its copy to the host), instead of once per step.
 
-How sessions are made (the CUDA EP options behind memory and start time, arena caps from the instance's
-``gpu_memory_mb``, the built-in CUDA EP's lookup, the optimized models kept between starts) is :mod:`.ort_options`.
+How sessions are made is :mod:`.ort_sessions`; the CUDA EP options behind memory and start time, arena caps from the
+instance's ``gpu_memory_mb``, the built-in CUDA EP's lookup and the optimized models kept between starts are
+:mod:`.ort_options`.
 :attr:`OrtCudaRuntime.timings` holds the seconds of each start-up phase (for the instance report), and
 :meth:`OrtCudaRuntime.close` releases everything on the GPU in an order that cannot fail at exit.
 """
@@ -47,45 +50,24 @@ from ..cache import use_for_cupy
 from ..cuda import cuda_fault_guard, import_cupy, note_if_sticky
 from ..errors import ConfigError, RuntimeUnavailable
 from .bucket_plan import BucketPlan, measure
-from .ort_options import (
+from .late_buckets import LateBuckets
+from .ort_options import (  # the lookup and error helpers stay importable from here
+    GPU_INSTALL_HINT,
     CudaEpOptions,
     OptimizedModels,
-    batch_dim_name,
+    cuda_provider_available,
+    import_onnxruntime,
     preload,
-    quiet_provider_lookup,
     run_options,
     session_caps_mb,
 )
+from .ort_sessions import BucketSessions
 from .rows import copy_rows
 
 log = logging.getLogger(__name__)
 
 #: the network input types bound on the GPU (ONNX Runtime's names): FP32, or FP16 for a network that takes it
 INPUT_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
-#: ONNX Runtime's words for a model file it cannot read (a truncated or foreign file): no CUDA install fixes it
-MODEL_FILE_ERRORS = ("INVALID_PROTOBUF", "NO_SUCHFILE", "INVALID_GRAPH", "Protobuf parsing failed")
-#: what to install when ONNX Runtime cannot use the GPU (one log line says so)
-GPU_INSTALL_HINT = (
-    "pip install 'tritonprep[server,gpu-cu13]' (or gpu-cu12): it brings onnxruntime-gpu with CUDA and cuDNN "
-    "instead of the CPU build"
-)
-
-
-def import_onnxruntime() -> Any:
-    """``onnxruntime``, or :class:`RuntimeUnavailable` with the install hint."""
-    try:
-        import onnxruntime
-    except ImportError as e:
-        raise RuntimeUnavailable(
-            f"onnxruntime is not installed ({e}); pip install 'tritonprep[server,cpu]' "
-            "(or gpu-cu13 / gpu-cu12 instead of cpu for the GPU build)"
-        ) from None
-    return onnxruntime
-
-
-def cuda_provider_available(ort: Any) -> bool:
-    """Whether this ONNX Runtime build has the CUDA EP (its libraries may still be missing: see :func:`preload`)."""
-    return "CUDAExecutionProvider" in ort.get_available_providers()
 
 
 def _numel(dims: Sequence[int]) -> int:
@@ -95,22 +77,19 @@ def _numel(dims: Sequence[int]) -> int:
     return n
 
 
-def session_error(model: Path, errors: list[str], preload_report: str = "") -> RuntimeUnavailable:
-    """What to tell when no CUDA session of ``model`` could be made (``errors``: ORT's, last one last): a model
-    file ORT cannot read says so and how to rebuild it; anything else names the GPU install."""
-    if errors and any(marker in errors[-1] for marker in MODEL_FILE_ERRORS):
-        return RuntimeUnavailable(f"ONNX Runtime could not read {model} ({errors[-1]}); rebuild it (make model)")
-    return RuntimeUnavailable(
-        f"ONNX Runtime could not create a CUDA session ({'; '.join(errors)})"
-        f"{'; ' + preload_report if preload_report else ''}; {GPU_INSTALL_HINT}"
-    )
-
-
 class _Bucket:
     """One batch size: its session, its bound input and output buffers."""
 
     def __init__(self, size: int, session: Any, x: Any, y: Any, binding: Any) -> None:
         self.size, self.session, self.x, self.y, self.binding = size, session, x, y, binding
+
+
+def _release(bucket: _Bucket) -> None:
+    """Let a bucket that will not be used go: its binding cleared, then its session and buffers dropped."""
+    with contextlib.suppress(Exception):  # ORT raises its own types; the rest goes regardless
+        bucket.binding.clear_binding_inputs()
+        bucket.binding.clear_binding_outputs()
+    bucket.binding = bucket.session = bucket.x = bucket.y = None
 
 
 class OrtCudaRuntime:
@@ -134,9 +113,12 @@ class OrtCudaRuntime:
         cache: bool = True,
         stream: Any = None,
         meanwhile: Callable[[], object] | None = None,
+        late_buckets: Sequence[int] = (),
     ) -> None:
         """``meanwhile``: the caller's other start-up work (``classify_fused``'s preprocessing warm-up), run on
-        this thread while the buckets' first runs go on a thread of their own; the captures wait for both."""
+        this thread while the buckets' first runs go on a thread of their own; the captures wait for both.
+        ``late_buckets``: sizes made after this returns, on a thread, and used from the call after they are made
+        (:mod:`.late_buckets`); their arena caps come out of the same ``gpu_memory_mb``."""
         t0 = time.perf_counter()
         #: seconds of each start-up phase: imports, cuda_context, session_b<N>, first_run_b<N> and capture_b<N> per
         #: bucket, measure (the buckets' replay times)
@@ -144,15 +126,20 @@ class OrtCudaRuntime:
         self._closed = False
         self._buckets: list[_Bucket] = []
         self._meanwhile = meanwhile
+        self._late: LateBuckets | None = None
+        if not buckets or sorted(set(buckets)) != list(buckets) or buckets[0] < 1:
+            raise ConfigError(f"batch_buckets must be increasing positive sizes, got {list(buckets)}")
+        if any(size < 1 or size in buckets for size in late_buckets):
+            raise ConfigError(
+                f"late_batch_buckets must be positive sizes that batch_buckets ({','.join(map(str, buckets))}) does "
+                f"not have, got {list(late_buckets)}"
+            )
         ort = import_onnxruntime()
         if not cuda_provider_available(ort):
             raise RuntimeUnavailable(f"this onnxruntime build has no CUDA execution provider; {GPU_INSTALL_HINT}")
         cupy = import_cupy()
-        if not buckets or sorted(set(buckets)) != list(buckets) or buckets[0] < 1:
-            raise ConfigError(f"batch_buckets must be increasing positive sizes, got {list(buckets)}")
         #: how a batch is spread over the buckets (their replay times measured in the warm-up)
         self.plan = BucketPlan(buckets)
-        self._preload_report = preload(ort)
         if cache:
             use_for_cupy()  # CuPy's kernels (copies, casts, the top-k) compiled once, kept for later starts
         self.timings["imports"] = time.perf_counter() - t0
@@ -175,45 +162,37 @@ class OrtCudaRuntime:
         self.timings["cuda_context"] = time.perf_counter() - t0
         self.input_dims = tuple(input_dims)
         self.max_batch = buckets[-1]
-        self.cuda_graphs = cuda_graphs
         self.ep_options = ep_options or CudaEpOptions()
-        self.name = "onnxruntime-cuda" + ("+graphs" if cuda_graphs else "") + ("+nhwc" if nhwc else "")
-        provider = {
-            "device_id": str(device_id),
-            "user_compute_stream": str(self.stream.ptr),
-            "enable_cuda_graph": "1" if cuda_graphs else "0",
-            "prefer_nhwc": "1" if nhwc else "0",
-        }
-        io_mb = sum(b * (_numel(self.input_dims) + 1000) * 4 for b in buckets) / 2**20  # bound input and output rows
-        #: the arena cap of each bucket session, MiB (0: none)
-        self.session_caps_mb = session_caps_mb(
-            buckets, budget_mb=gpu_memory_mb, explicit_mb=gpu_mem_limit_mb, io_mb=io_mb, shared_mb=shared_mb
+        every = sorted({*buckets, *late_buckets})
+        io_mb = sum(b * (_numel(self.input_dims) + 1000) * 4 for b in every) / 2**20  # bound input and output rows
+        caps = session_caps_mb(
+            every, budget_mb=gpu_memory_mb, explicit_mb=gpu_mem_limit_mb, io_mb=io_mb, shared_mb=shared_mb
         )
+        #: the arena cap of each bucket session (late ones included), MiB (0: none)
+        self.caps_mb = dict(zip(every, caps))
+        self.session_caps_mb = [self.caps_mb[size] for size in buckets]
         gpu = props.get("name", b"")
         gpu = gpu.decode(errors="replace") if isinstance(gpu, bytes) else str(gpu)
-        self._models = (
+        models = (
             OptimizedModels.open(onnx_path, ort.__version__, gpu, props.get("major"), props.get("minor"), nhwc)
             if cache
             else None
         )
-        # read only where a bucket is optimized now (kept optimized models have their batch size fixed)
-        dim_name = "" if self._all_kept(buckets) else batch_dim_name(ort, onnx_path)
-        self.strict = True  # every node on the GPU (no CPU fallback anywhere)
+        provider = {"device_id": str(device_id), "user_compute_stream": str(self.stream.ptr)}
+        provider["prefer_nhwc"] = "1" if nhwc else "0"
+        #: how each bucket's session is made (its options, the optimized models kept, what ONNX Runtime refused)
+        self._sessions = BucketSessions(
+            ort, onnx_path, models, provider, self.ep_options, self.caps_mb, every, cuda_graphs, preload(ort)
+        )
+        self.cuda_graphs = cuda_graphs
         try:
-            with self.device:
-                for size, cap in zip(buckets, self.session_caps_mb):
-                    t0 = time.perf_counter()
-                    options = {
-                        **provider,
-                        **self.ep_options.provider(size),  # per bucket: fuse_conv_bias may name some buckets only
-                        "enable_cuda_graph": "1" if self.cuda_graphs else "0",  # off once ORT refused a capture
-                        **({"gpu_mem_limit": str(cap << 20)} if cap else {}),
-                    }
-                    session = self._session(ort, onnx_path, dim_name, size, options)
-                    self._buckets.append(self._bind(ort, session, size, device_id))
-                    self.timings[f"session_b{size}"] = time.perf_counter() - t0
-            if not self.strict:
-                self.name += "+cpu-nodes"
+            for size in buckets:
+                t0 = time.perf_counter()
+                self._buckets.append(self._make_bucket(size))
+                self.timings[f"session_b{size}"] = time.perf_counter() - t0
+            self.cuda_graphs = self._sessions.cuda_graphs  # off if ONNX Runtime refused a capture
+            self.name = "onnxruntime-cuda" + ("+graphs" if self.cuda_graphs else "") + ("+nhwc" if nhwc else "")
+            self.name += "" if self._sessions.strict else "+cpu-nodes"
             self.input_name = self._buckets[0].session.get_inputs()[0].name
             #: input parts that arrived on another GPU: the Python backend of Triton 2.51 hands a GPU input over
             #: on the GPU it was made on (it asks for ``TRITONSERVER_MEMORY_GPU`` with the source's device id), so
@@ -224,87 +203,28 @@ class OrtCudaRuntime:
             #: a bucket's run under :meth:`infer_many`: ORT leaves the stream to it (one wait per call, not per run)
             self.run_options = run_options(ort)
             self._warm_up()
+            if late_buckets:
+                self._late = LateBuckets(late_buckets, self._make_bucket, self._first_run, _release, self._once())
         except BaseException:  # the caller never gets this runtime: release what it made here
             self.close()
             raise
         log.info(
-            "classifier on GPU %d: %s, batch buckets %s (one session each, captured while loading; one run %s), "
+            "classifier on GPU %d: %s, batch buckets %s (one session each, captured while loading; one run %s)%s, "
             "cuDNN %s%s; started in %s",
             device_id,
             self.name,
             ",".join(map(str, buckets)),
+            f", late buckets {','.join(map(str, late_buckets))} made while serving" if late_buckets else "",
             self.plan.describe(),
             self.ep_options.describe(),
-            f", arenas capped at {','.join(map(str, self.session_caps_mb))} MiB" if any(self.session_caps_mb) else "",
+            f", arenas capped at {','.join(map(str, caps))} MiB" if any(caps) else "",
             ", ".join(f"{k} {v:.2f} s" for k, v in self.timings.items()),
         )
 
-    def _all_kept(self, buckets: Sequence[int]) -> bool:
-        """Whether an earlier start kept the optimized model of every bucket."""
-        return self._models is not None and all(self._models.path(b).is_file() for b in buckets)
-
-    def _session(self, ort: Any, onnx_path: Path, dim_name: str, size: int, provider: dict[str, str]) -> Any:
-        """The session of one bucket: from its optimized model kept by an earlier start where there is one, else
-        optimized now (and kept); every node on the GPU if ORT can place it so, else (logged) some on the CPU."""
-        if self._models is not None and self._models.path(size).is_file():
-            try:
-                return self._create(ort, self._models.path(size), dim_name, size, provider, None)
-            except Exception as e:  # noqa: BLE001 - ORT raises its own types: optimize now, keep nothing for it
-                log.warning("bucket %d: its kept optimized model does not load (%s); not kept from now on", size, e)
-                self._models.refuse(size)
-                dim_name = dim_name or batch_dim_name(ort, onnx_path)
-        save = self._models.saving(size) if self._models is not None and not self._models.refused(size) else None
-        try:
-            session = self._create(ort, onnx_path, dim_name, size, provider, save)
-        finally:
-            if save is not None:
-                self._models.keep(save, size)  # type: ignore[union-attr]
-        return session
-
-    def _create(
-        self, ort: Any, model: Path, dim_name: str, size: int, provider: dict[str, str], save: Path | None
-    ) -> Any:
-        """A session of ``model`` for bucket ``size``; ``save``: where ORT writes its optimized model (a model
-        loaded from the cache is optimized already and loads with graph optimizations off)."""
-        errors = []
-        while True:
-            options = ort.SessionOptions()
-            if save is None and self._models is not None and model == self._models.path(size):
-                options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-            else:
-                options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-                options.add_free_dimension_override_by_name(dim_name, size)
-                if save is not None:
-                    options.optimized_model_filepath = str(save)
-            options.log_severity_level = 3
-            if self.strict:  # fail instead of running on the CPU: a missing CUDA library or a node the GPU cannot take
-                options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
-                # every node on the GPU: no CPU thread pool (by default a spinning thread per core and session,
-                # competing with the decoders' CPU work and the other instances' start)
-                options.intra_op_num_threads = 1
-                options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            try:
-                cpu = [] if self.strict else ["CPUExecutionProvider"]  # listing it conflicts with disabling it
-                with quiet_provider_lookup(ort):
-                    return ort.InferenceSession(
-                        str(model), options, providers=[("CUDAExecutionProvider", provider), *cpu]
-                    )
-            except Exception as e:  # noqa: BLE001 - ORT raises its own Fail/RuntimeException types
-                text = str(e).strip()
-                errors.append(f"{type(e).__name__}: {text.splitlines()[0] if text else ''}")
-                if self.strict and "fallback to CPU EP has been explicitly disabled" in text:
-                    log.warning(
-                        "bucket %d: some nodes cannot run on the GPU; they run on the CPU (%s)", size, errors[-1]
-                    )
-                    self.strict = False
-                elif self.cuda_graphs and "graph capture" in text.lower():
-                    log.warning("bucket %d: ONNX Runtime refuses CUDA graphs for this model (%s)", size, errors[-1])
-                    self.cuda_graphs = False
-                    provider["enable_cuda_graph"] = "0"
-                    self.name = self.name.replace("+graphs", "")
-                else:
-                    break
-        raise session_error(model, errors, self._preload_report)
+    def _make_bucket(self, size: int) -> _Bucket:
+        """The session of bucket ``size`` with its bound buffers (not yet run)."""
+        with self.device:
+            return self._bind(self._sessions.ort, self._sessions.session(size), size, self.device.id)
 
     def _bind(self, ort: Any, session: Any, size: int, device_id: int) -> _Bucket:
         cp = self._cp
@@ -335,10 +255,7 @@ class OrtCudaRuntime:
         the algorithms are known) and the replay times on this thread, the one :meth:`infer` runs on (ONNX Runtime
         keeps its graphs per thread; a capture needs the process to itself)."""
         pairs = list(zip(self._buckets, self.session_caps_mb))
-        first = None
-        if self.cuda_graphs:
-            first = import_onnxruntime().RunOptions()
-            first.add_run_config_entry("gpu_graph_id", "-1")  # this run neither captures nor replays
+        first = self._once() if self.cuda_graphs else None
         if self._meanwhile is None:
             self._first_runs(pairs, first)
         else:  # an error of meanwhile goes up once the first runs are over (the pool waits for them)
@@ -354,15 +271,65 @@ class OrtCudaRuntime:
                 self._run_bucket(bucket, cap)
                 self.timings[f"capture_b{bucket.size}"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-
-        def run(size: int) -> None:
-            bucket = self._bucket(size)
-            bucket.session.run_with_iobinding(bucket.binding)
-            self.stream.synchronize()
-
         sizes = [bucket.size for bucket in self._buckets]
-        self.plan = BucketPlan(sizes, measure(sizes, run))
+        #: each bucket's measured replay, seconds (the plan's input; a late bucket adds its own)
+        self._seconds = dict(zip(sizes, measure(sizes, self._replay)))
+        self.plan = BucketPlan(sizes, [self._seconds[size] for size in sizes])
         self.timings["measure"] = time.perf_counter() - t0
+
+    def _once(self) -> Any:
+        """Run options of a bucket's first run: it neither captures nor replays (``gpu_graph_id`` -1) where graphs
+        are on."""
+        options = import_onnxruntime().RunOptions()
+        if self.cuda_graphs:
+            options.add_run_config_entry("gpu_graph_id", "-1")
+        return options
+
+    def _replay(self, size: int) -> None:
+        """One run of bucket ``size`` (its graph, once captured), waited for: what :func:`measure` times."""
+        bucket = self._bucket(size)
+        bucket.session.run_with_iobinding(bucket.binding)
+        self.stream.synchronize()
+
+    def _first_run(self, bucket: _Bucket, options: Any) -> None:
+        """A late bucket's first run (on the late buckets' thread)."""
+        self._run_bucket(bucket, self.caps_mb[bucket.size], options)
+
+    def _adopt_late(self) -> None:
+        """The late buckets, once their thread has made them all (:mod:`.late_buckets`): captured on this thread (the
+        serving one: graphs are per thread), timed and added to the plan. One that cannot be captured is left out."""
+        late = self._late
+        if late is None or not late.ready() or (self.cuda_graphs and threading.get_ident() != self._warm_thread):
+            return
+        self._late = None
+        t0 = time.perf_counter()
+        added = []
+        for bucket in late.take():
+            self._buckets = sorted([*self._buckets, bucket], key=lambda b: b.size)
+            try:
+                if self.cuda_graphs:
+                    self._run_bucket(bucket, self.caps_mb[bucket.size])  # the capture
+                self._seconds[bucket.size] = measure([bucket.size], self._replay)[0]
+            except Exception as e:  # noqa: BLE001 - ONNX Runtime raises its own types; a sticky fault shows below
+                log.warning("late bucket %d left out: its capture failed (%s)", bucket.size, e)
+                self._buckets = [b for b in self._buckets if b is not bucket]
+                _release(bucket)
+                continue
+            added.append(bucket.size)
+        self.stream.synchronize()  # a sticky fault of a capture is the instance's (the caller's fault guard)
+        sizes = [bucket.size for bucket in self._buckets]
+        self.plan = BucketPlan(sizes, [self._seconds[size] for size in sizes])
+        self.timings.update(late.timings, late_adopt=time.perf_counter() - t0)
+        if added:
+            log.info(
+                "classifier on GPU %d: late bucket(s) %s added while serving (made in %.2f s, captured and timed in "
+                "%.3f s); one run %s",
+                self.device.id,
+                ",".join(map(str, added)),
+                late.timings.get("late_buckets", 0.0),
+                self.timings["late_adopt"],
+                self.plan.describe(),
+            )
 
     def _first_runs(self, pairs: list[tuple[_Bucket, int]], options: Any, entered: Any = None) -> None:
         """``entered`` (a ``threading.Event``) is set a few bytecodes before the first run calls into ONNX Runtime,
@@ -391,11 +358,14 @@ class OrtCudaRuntime:
         """Release the GPU: the IO bindings, then the sessions (their CUDA graphs and arenas), the bound buffers
         and the stream, after the work on it is done; idempotent. Call it from the model's ``finalize``: left to
         the garbage collector at interpreter exit, an ORT session can be destroyed after its stream or the CUDA
-        runtime, and its destructor's CUDA error ends the stub with ``terminate called``."""
+        runtime, and its destructor's CUDA error ends the stub with ``terminate called``. Late buckets still being made
+        are stopped first (:meth:`LateBuckets.stop`)."""
         if self._closed:
             return
         self._closed = True
         t0 = time.perf_counter()
+        late, self._late = getattr(self, "_late", None), None
+        unused_late = late.stop() if late is not None else []  # the thread first: nothing of it runs below
         cp = self._cp if hasattr(self, "_cp") else None
         if cp is not None and hasattr(self, "stream"):
             try:
@@ -403,14 +373,9 @@ class OrtCudaRuntime:
             except (cp.cuda.runtime.CUDARuntimeError, cp.cuda.driver.CUDADriverError) as e:
                 note_if_sticky(e, self.device.id)  # the executor sharing this stream then leaves its decoders be
                 log.info("closing the network after a CUDA error (%s): releasing what can be released", e)
-        buckets, self._buckets = self._buckets, []
+        buckets, self._buckets = self._buckets + unused_late, []
         for bucket in buckets:
-            try:
-                bucket.binding.clear_binding_inputs()
-                bucket.binding.clear_binding_outputs()
-            except Exception as e:  # noqa: BLE001 - ORT raises its own types; release the rest regardless
-                log.debug("clearing bucket %d's IO binding: %s", bucket.size, e)
-            bucket.binding = bucket.session = bucket.x = bucket.y = None
+            _release(bucket)
         del buckets
         gc.collect()  # the sessions go now, while their stream and the CUDA runtime are alive
         if cp is not None and hasattr(self, "stream"):
@@ -452,10 +417,11 @@ class OrtCudaRuntime:
             self._warned_thread = True  # graphs are per thread: ORT captures again on this one, once
             log.warning("classifier runs on another thread than it was warmed up on; CUDA graphs are captured again")
         chunks = []
-        sizes = list(self.plan.chunks(n)) if n else []
-        in_place = then is not None and len(sizes) == 1  # no copy of the logits that then reads within the call
         with cuda_fault_guard(self.device.id, self.fault_source, probe=self.stream.synchronize):
             with self.device, self.stream:
+                self._adopt_late()  # before the plan is read: this call may run on them
+                sizes = list(self.plan.chunks(n)) if n else []
+                in_place = then is not None and len(sizes) == 1  # no copy of the logits that then reads in the call
                 start = 0
                 for size in sizes:
                     take = min(size, n - start)

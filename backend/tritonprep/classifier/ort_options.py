@@ -1,4 +1,5 @@
-"""How ONNX Runtime's CUDA EP sessions are made and run: the options behind memory and start time, the way
+"""How ONNX Runtime's CUDA EP sessions are made and run: finding ONNX Runtime and its CUDA EP (and what to say when
+they are missing or a session cannot be made), the options behind memory and start time, the way
 ONNX Runtime 1.26+ expects the CUDA EP to be found, the optimized models kept between starts, and the run options
 (:func:`run_options`).
 
@@ -47,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import cache
-from ..errors import ConfigError
+from ..errors import ConfigError, RuntimeUnavailable
 from ..memory import CUDA_CONTEXT_MB, working_mb
 from .engines import file_sha256
 
@@ -60,6 +61,41 @@ _ARENA_NAMES = {"same_as_requested": "kSameAsRequested", "next_power_of_two": "k
 SESSION_OVERHEAD_MB = 48
 #: the least arena a bucket session gets, MiB (the FP16 weights and a batch of one)
 MIN_SESSION_MB = 64
+#: ONNX Runtime's words for a model file it cannot read (a truncated or foreign file): no CUDA install fixes it
+MODEL_FILE_ERRORS = ("INVALID_PROTOBUF", "NO_SUCHFILE", "INVALID_GRAPH", "Protobuf parsing failed")
+#: what to install when ONNX Runtime cannot use the GPU (one log line says so)
+GPU_INSTALL_HINT = (
+    "pip install 'tritonprep[server,gpu-cu13]' (or gpu-cu12): it brings onnxruntime-gpu with CUDA and cuDNN "
+    "instead of the CPU build"
+)
+
+
+def import_onnxruntime() -> Any:
+    """``onnxruntime``, or :class:`RuntimeUnavailable` with the install hint."""
+    try:
+        import onnxruntime
+    except ImportError as e:
+        raise RuntimeUnavailable(
+            f"onnxruntime is not installed ({e}); pip install 'tritonprep[server,cpu]' "
+            "(or gpu-cu13 / gpu-cu12 instead of cpu for the GPU build)"
+        ) from None
+    return onnxruntime
+
+
+def cuda_provider_available(ort: Any) -> bool:
+    """Whether this ONNX Runtime build has the CUDA EP (its libraries may still be missing: see :func:`preload`)."""
+    return "CUDAExecutionProvider" in ort.get_available_providers()
+
+
+def session_error(model: Path, errors: list[str], preload_report: str = "") -> RuntimeUnavailable:
+    """What to tell when no CUDA session of ``model`` could be made (``errors``: ORT's, last one last): a model
+    file ORT cannot read says so and how to rebuild it; anything else names the GPU install."""
+    if errors and any(marker in errors[-1] for marker in MODEL_FILE_ERRORS):
+        return RuntimeUnavailable(f"ONNX Runtime could not read {model} ({errors[-1]}); rebuild it (make model)")
+    return RuntimeUnavailable(
+        f"ONNX Runtime could not create a CUDA session ({'; '.join(errors)})"
+        f"{'; ' + preload_report if preload_report else ''}; {GPU_INSTALL_HINT}"
+    )
 
 
 @dataclass(frozen=True)

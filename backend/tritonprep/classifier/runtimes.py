@@ -71,11 +71,14 @@ class Runtime(Protocol):
 
 def read_fuse(name: str, text: str) -> bool | tuple[int, ...]:
     """``true``, ``false`` (or empty), or comma-separated batch bucket sizes; a lone ``0`` or ``1`` is refused (ONNX
-    Runtime's own option reads them as off and on)."""
+    Runtime's own option reads them as off and on): the 1 bucket alone is ``1,``."""
     if text.strip().lower() in ("true", "false", ""):
         return read_bool(name, text.strip() or "false")
     if text.strip() in ("0", "1"):
-        raise ConfigError(f"parameter {name!r} is true, false or bucket sizes; for on or off write true or false")
+        raise ConfigError(
+            f"parameter {name!r} is true, false or bucket sizes; for on or off write true or false, for the 1 bucket "
+            "alone 1,"
+        )
     try:
         return read_ints()(name, text)
     except ConfigError:
@@ -119,6 +122,15 @@ RUNTIME_PARAMETERS: tuple[Parameter, ...] = (
         "batch sizes the GPU runtime runs at (empty: the powers of two up to max_batch_size); a batch runs on the "
         "buckets that cover it in the least time, each bucket timed at start (the last one padded); each holds its "
         "own ONNX Runtime session and memory and costs seconds at start",
+    ),
+    Parameter(
+        "late_batch_buckets",
+        "late_batch_buckets",
+        read_ints(),
+        "",
+        "GPU runtime: batch sizes below the largest of batch_buckets whose sessions are made after the model has "
+        "loaded, on a thread while it serves, and used once made (a lone image on a 1 bucket: less latency without "
+        "a later ready); their memory comes out of the same gpu_memory_mb",
     ),
     Parameter(
         "gpu_memory_mb",
@@ -181,6 +193,8 @@ class RuntimeOptions:
     cuda_graphs: bool = True
     #: empty: every power of two up to max_batch_size (:meth:`from_parameters` fills them in)
     batch_buckets: tuple[int, ...] = ()
+    #: buckets made while the model serves (tritonprep.classifier.late_buckets)
+    late_batch_buckets: tuple[int, ...] = ()
     #: the instance's GPU memory budget (the parameter's text: tritonprep.memory), "" for none
     gpu_memory_mb: str = ""
     gpu_mem_limit_mb: int = 0
@@ -206,11 +220,19 @@ class RuntimeOptions:
         if buckets and (sorted(set(buckets)) != list(buckets) or buckets[0] < 1):
             raise ConfigError(f"batch_buckets must be increasing positive sizes, got {list(buckets)}")
         instance_budget_mb(self.gpu_memory_mb, buckets)  # a malformed budget fails the load, not the first GPU use
-        fused = () if isinstance(self.fuse_conv_bias, bool) else self.fuse_conv_bias
-        if buckets and set(fused) - set(buckets):
+        late = self.late_batch_buckets
+        if late and (sorted(set(late)) != list(late) or late[0] < 1):
+            raise ConfigError(f"late_batch_buckets must be increasing positive sizes, got {list(late)}")
+        if late and buckets and (set(late) & set(buckets) or late[-1] > buckets[-1]):
             raise ConfigError(
-                f"fuse_conv_bias names batch size(s) {sorted(set(fused) - set(buckets))} that batch_buckets "
-                f"({','.join(map(str, buckets))}) does not have"
+                f"late_batch_buckets ({','.join(map(str, late))}) must be sizes below the largest of batch_buckets "
+                f"({','.join(map(str, buckets))}) that it does not have"
+            )
+        fused = () if isinstance(self.fuse_conv_bias, bool) else self.fuse_conv_bias
+        if buckets and set(fused) - set(buckets) - set(late):
+            raise ConfigError(
+                f"fuse_conv_bias names batch size(s) {sorted(set(fused) - set(buckets) - set(late))} that neither "
+                f"batch_buckets ({','.join(map(str, buckets))}) nor late_batch_buckets has"
             )
 
     @property
@@ -393,6 +415,7 @@ def load_runtime(
                     shared_mb=shared_mb,
                     stream=stream,
                     meanwhile=meanwhile,
+                    late_buckets=options.late_batch_buckets,
                 )
             except RuntimeUnavailable as e:
                 log.warning("classifier on a GPU instance runs on the CPU: %s", e)

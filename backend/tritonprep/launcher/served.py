@@ -16,6 +16,7 @@ in the original folders.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,8 @@ GPU_MEMORY_PARAM = memory.PARAMETER
 BUCKET_PARAMS = ("batch_buckets", "network.batch_buckets")
 #: the parameters that may name bucket sizes (tritonprep.classifier.runtimes): kept to the buckets chosen
 FUSE_PARAMS = ("fuse_conv_bias", "network.fuse_conv_bias")
+#: the buckets made while the model serves: kept to sizes below the largest bucket chosen
+LATE_PARAMS = ("late_batch_buckets", "network.late_batch_buckets")
 CONFIG = "config.pbtxt"
 
 
@@ -123,14 +126,31 @@ def apply(mf: ModelFile, choice: Choice) -> None:
         gpu[0].count = choice.count
     if choice.buckets:
         params[_bucket_param(params)].string_value = ",".join(map(str, choice.buckets))
+        late: list[int] = []
+        for key in (k for k in LATE_PARAMS if k in params):  # a late 32 with the budget's largest bucket 32: fails
+            late = _kept(
+                f"{mf.model}: {key}", params[key], lambda v: v < max(choice.buckets) and v not in choice.buckets, ""
+            )
         for key in (k for k in FUSE_PARAMS if k in params):  # "64" with the 64 bucket gone: a config that fails
-            sizes = [v.strip() for v in params[key].string_value.split(",") if v.strip()]
-            if sizes and all(v.isdigit() for v in sizes):
-                kept = ",".join(v for v in sizes if int(v) in choice.buckets) or "false"
-                if kept != ",".join(sizes):
-                    log.info("%s: %s %s with the budget's buckets (was %s)", mf.model, key, kept, ",".join(sizes))
-                params[key].string_value = kept
+            _kept(f"{mf.model}: {key}", params[key], lambda v: v in choice.buckets or v in late, "false")
     params[GPU_MEMORY_PARAM].string_value = str(choice.gpu_memory_mb)
+
+
+def _kept(what: str, param: Any, keep: Callable[[int], bool], none: str) -> list[int]:
+    """Keep the sizes of a parameter naming bucket sizes that ``keep(size)`` accepts (``none`` if no size is left:
+    ``false`` for ``fuse_conv_bias``; a parameter that is not a list of sizes, such as ``true``, stays); return the
+    sizes kept."""
+    sizes = [v.strip() for v in param.string_value.split(",") if v.strip()]
+    if not sizes or not all(v.isdigit() for v in sizes):
+        return []
+    kept = [v for v in sizes if keep(int(v))]
+    text = ",".join(kept) or none
+    if none == "false" and kept == ["1"]:  # fuse_conv_bias: a lone 1 reads as "on"; the 1 bucket alone is "1,"
+        text = "1,"
+    if kept != sizes:
+        log.info("%s %s with the budget's buckets (was %s)", what, text, ",".join(sizes))
+    param.string_value = text
+    return [int(v) for v in kept]
 
 
 def plan_repository(models: list[ModelFile], budget_mb: int, fixed_mb: int) -> Plan:

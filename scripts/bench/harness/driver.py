@@ -115,7 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--classifier-parameter",
         default="",
         help="instances phase: KEY=shipped,VALUE,... one more parameter of the classifier's configs, e.g. "
-        "fuse_conv_bias=shipped,true or batch_buckets=shipped,1+64 (+ for a value's own commas; another axis); "
+        "fuse_conv_bias=shipped,true or batch_buckets=shipped,1+64 (+ for a value's own commas, empty for the empty "
+        "string; another axis); "
         "MODEL:KEY for another model's, e.g. preprocess:hw_decoder=shipped,false (any preprocess parameter)",
     )
     parser.add_argument(

@@ -53,6 +53,8 @@ log = logging.getLogger("harness")
 #: image at c=16, where the network's batches hold 7-63 images (what a bucket set pads), and at c=1 (latency)
 INSTANCE_POINTS = [(8, [64]), (32, [16]), (1, [16]), (1, [1])]
 MODELS = ("classify", "classify_fused", "prep_sink", "null_classify")
+#: the value of ``--classifier-parameter`` that sets a parameter to the empty string (``late_batch_buckets=empty``)
+EMPTY = "empty"
 #: the models measured where ``--instance-models`` names none
 DEFAULT_MODELS = ("classify", "classify_fused")
 _SHORT = {"preprocess": "p", "classifier": "c", "postprocess": "pp", "classify_fused": "f"}
@@ -129,11 +131,12 @@ def turns_of(args: argparse.Namespace) -> list[str]:
 
 
 def parameter_axis(args: argparse.Namespace) -> tuple[str, list[str]]:
-    """``(key, values)`` of ``--classifier-parameter KEY=V1,V2`` (``shipped``: the config's own value; a value's own
-    commas are written ``+``: ``batch_buckets=shipped,1+64``; ``preprocess:KEY`` may be any preprocess parameter,
-    one its config leaves at the default included); ``("", ["shipped"])`` without it; :class:`ValueError` for a
-    malformed one. Several ``KEY=...`` joined by ``;`` vary together, value by value (lists of one length): the key
-    and each value are then ``;``-joined, and a value of ``shipped`` for every key is ``shipped``."""
+    """``(key, values)`` of ``--classifier-parameter KEY=V1,V2`` (``shipped``: the config's own value; ``empty``: the
+    empty string; a value's own commas are written ``+``: ``batch_buckets=shipped,1+64``; ``preprocess:KEY`` may be
+    any preprocess parameter, one its config leaves at the default included); ``("", ["shipped"])`` without it;
+    :class:`ValueError` for a malformed one. Several ``KEY=...`` joined by ``;`` vary together, value by value (lists
+    of one length): the key and each value are then ``;``-joined, and a value of ``shipped`` for every key is
+    ``shipped``."""
     given = (getattr(args, "classifier_parameter", "") or "").strip()
     if not given:
         return "", ["shipped"]
@@ -177,6 +180,7 @@ def set_parameter(repo: Path, key: str, value: str) -> list[str]:
                 changed += [m for m in set_parameter(repo, one_key, one_value) if m not in changed]
         return changed
     model, _, key = key.rpartition(":")
+    value = "" if value == EMPTY else value
     if model:
         with_parameter(repo / model, key, value, add=known_default(model, key))
         return [model]

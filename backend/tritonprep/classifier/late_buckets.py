@@ -1,0 +1,101 @@
+"""Batch buckets made while the network already serves: built on a thread of their own, adopted by the serving thread.
+
+A bucket session costs seconds at start (its first run: cuDNN's per-shape work, and with fused bias the fused
+kernels' compile), and the classifier's start is the repository's longest path. A *late* bucket
+(``late_batch_buckets``, :mod:`.runtimes`) is made after the model has loaded, while requests run on the buckets
+made at start: a thread creates its session, binds its buffers and runs it once, neither capturing nor replaying.
+Once the thread has made them all, the runtime's serving thread, at its next call, captures each one's CUDA graph
+(ONNX Runtime keeps a session's graphs per thread, and a capture needs the process's CUDA work to itself: the
+thread is done by then), times its replay and adds it to the bucket plan (:mod:`.ort_cuda`). From that call on, a
+lone image runs on a 1 bucket, say, instead of padded into the 8 of the start.
+
+A late bucket that cannot be made is logged and left out; the network goes on with the others. Stopping asks a
+first run in progress to end (ONNX Runtime's run option ``terminate``) and waits a bounded time for the thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+#: how long stopping waits for the thread (a session being created cannot be interrupted), seconds
+STOP_WAIT_S = 10.0
+
+
+class LateBuckets:
+    """The late buckets of one network: ``make(size)`` returns a bucket (its session and bound buffers),
+    ``first_run(bucket, run_options)`` runs it once without capturing, ``release(bucket)`` lets one go that will
+    not be used. ``run_options``: the first runs' ONNX Runtime ``RunOptions`` (its ``terminate`` stops one in
+    progress), None where there is none."""
+
+    def __init__(
+        self,
+        sizes: Sequence[int],
+        make: Callable[[int], Any],
+        first_run: Callable[[Any, Any], object],
+        release: Callable[[Any], object],
+        run_options: Any = None,
+        what: str = "the network",
+    ) -> None:
+        self.sizes = tuple(sizes)
+        self.what = what
+        #: seconds each late bucket took to make and run once (``late_b<N>``), and the thread's whole time
+        self.timings: dict[str, float] = {}
+        self._make, self._first_run, self._release = make, first_run, release
+        self._options = run_options
+        self._made: list[Any] = []
+        self._stopping = threading.Event()
+        self._taken = False
+        self._thread = threading.Thread(target=self._build, name="tritonprep-late-buckets", daemon=True)
+        self._thread.start()
+
+    def _build(self) -> None:
+        start = time.perf_counter()
+        for size in self.sizes:
+            if self._stopping.is_set():
+                break
+            t0 = time.perf_counter()
+            try:
+                bucket = self._make(size)
+            except Exception as e:  # noqa: BLE001 - ONNX Runtime raises its own types; the others serve on
+                log.warning("%s: late bucket %d not made (%s); batches run on the other buckets", self.what, size, e)
+                continue
+            try:
+                self._first_run(bucket, self._options)
+            except Exception as e:  # noqa: BLE001 - as above; a stop's terminate ends a run this way too
+                if not self._stopping.is_set():
+                    log.warning("%s: late bucket %d failed its first run (%s); left out", self.what, size, e)
+                self._release(bucket)
+                continue
+            self.timings[f"late_b{size}"] = time.perf_counter() - t0
+            self._made.append(bucket)
+        self.timings["late_buckets"] = time.perf_counter() - start
+
+    def ready(self) -> bool:
+        """Whether the thread is done and its buckets are still to be taken."""
+        return not self._taken and not self._thread.is_alive()
+
+    def take(self) -> list[Any]:
+        """The buckets the thread made (once; call it after :meth:`ready`)."""
+        self._taken = True
+        made, self._made = self._made, []
+        return made
+
+    def stop(self, wait_s: float = STOP_WAIT_S) -> list[Any]:
+        """Stop the thread: a first run in progress is asked to end; wait up to ``wait_s``. The buckets made and
+        not taken, for the caller to release; none if the thread is still inside ONNX Runtime (they stay with it)."""
+        self._stopping.set()
+        if self._options is not None:
+            self._options.terminate = True
+        self._thread.join(wait_s)
+        if self._thread.is_alive():
+            log.warning(
+                "%s: the late buckets' thread did not stop within %.0f s; left to the process's end", self.what, wait_s
+            )
+            return []
+        return [] if self._taken else self.take()

@@ -1,0 +1,148 @@
+"""Late batch buckets (tritonprep.classifier.late_buckets, adopted by tritonprep.classifier.ort_cuda): made on a thread
+of their own, taken by the serving thread once all are made, left out where one fails, stopped by ``terminate``. The
+sessions, buffers and stream are the host fakes of tests/unit/ort_fakes.py (no GPU on this machine)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from tests.unit.ort_fakes import DIMS, bucket, expected, runtime
+from tritonprep.classifier.late_buckets import LateBuckets
+
+
+class RunOptions:
+    """ONNX Runtime's ``RunOptions``, as far as a stop uses it."""
+
+    terminate = False
+
+
+def wait_ready(late: LateBuckets, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not late.ready():
+        assert time.monotonic() < deadline, "the late buckets' thread did not finish"
+        time.sleep(0.005)
+
+
+def test_the_thread_makes_and_runs_each_bucket_and_leaves_out_one_that_fails(caplog):
+    made: list[int] = []
+    first_runs: list[tuple[int, object]] = []
+    released: list[int] = []
+    options = RunOptions()
+
+    def make(size: int):
+        if size == 2:
+            raise RuntimeError("no memory for bucket 2")
+        made.append(size)
+        return bucket(size)
+
+    def first_run(b, opts) -> None:
+        first_runs.append((b.size, opts))
+        if b.size == 4:
+            raise RuntimeError("cuDNN failed")
+
+    with caplog.at_level(logging.WARNING):
+        late = LateBuckets((1, 2, 4), make, first_run, lambda b: released.append(b.size), options, "the classifier")
+        wait_ready(late)
+    taken = late.take()
+    assert [b.size for b in taken] == [1]
+    assert made == [1, 4] and [s for s, _ in first_runs] == [1, 4] and all(o is options for _, o in first_runs)
+    assert released == [4]  # made, then its first run failed: let go; bucket 2 was never made
+    assert "late bucket 2 not made (no memory for bucket 2)" in caplog.text
+    assert "late bucket 4 failed its first run (cuDNN failed)" in caplog.text
+    assert {"late_b1", "late_buckets"} <= set(late.timings) and "late_b4" not in late.timings
+    assert not late.ready() and late.take() == []  # taken once
+
+
+def test_stop_ends_a_first_run_in_progress_through_terminate_and_hands_back_nothing_it_still_holds(caplog):
+    options = RunOptions()
+    entered = threading.Event()
+    released: list[int] = []
+
+    def first_run(b, opts) -> None:  # as ONNX Runtime's run: it checks terminate between nodes
+        entered.set()
+        while not opts.terminate:
+            time.sleep(0.001)
+        raise RuntimeError("Exiting due to terminate flag being set to true.")
+
+    late = LateBuckets((1, 8), bucket, first_run, lambda b: released.append(b.size), options)
+    assert entered.wait(5)
+    t0 = time.perf_counter()
+    with caplog.at_level(logging.WARNING):
+        assert late.stop(wait_s=5) == []
+    assert time.perf_counter() - t0 < 1.0
+    assert released == [1]  # bucket 8 was never begun
+    assert "failed its first run" not in caplog.text  # a stop is not a failure
+
+
+def test_stop_after_the_thread_is_done_hands_back_what_nobody_took():
+    late = LateBuckets((1,), bucket, lambda b, o: None, lambda b: None, RunOptions())
+    wait_ready(late)
+    assert [b.size for b in late.stop()] == [1]
+
+
+def serving(sizes: tuple[int, ...] = (8,), late: tuple[int, ...] = (1,), first_run=None, graphs: bool = False):
+    """A runtime serving on ``sizes`` whose ``late`` buckets are made (fakes: no GPU)."""
+    rt = runtime(sizes)
+    rt.cuda_graphs = graphs
+    rt.caps_mb = dict.fromkeys((*sizes, *late), 0)
+    rt._seconds = {size: size * 1e-4 for size in sizes}
+    rt._late = LateBuckets(late, bucket, first_run or (lambda b, o: None), lambda b: None, RunOptions())
+    wait_ready(rt._late)
+    return rt
+
+
+def test_the_serving_thread_adopts_the_late_bucket_at_its_next_call_and_runs_a_lone_image_on_it():
+    rt = serving()
+    assert rt.plan.chunks(1) == [8]
+    batch = np.random.default_rng(0).random((1, *DIMS), dtype=np.float32)
+    got = rt.infer(batch)
+    np.testing.assert_allclose(got, expected(batch), rtol=1e-6)
+    assert [b.size for b in rt._buckets] == [1, 8] and rt._late is None
+    assert rt.plan.chunks(1) == [1] and rt.plan.measured
+    assert rt._buckets[0].session.runs >= 1 + 5  # the call's run, after the measure's replays
+    assert {"late_b1", "late_buckets", "late_adopt"} <= set(rt.timings)
+    many = np.random.default_rng(1).random((8, *DIMS), dtype=np.float32)
+    np.testing.assert_allclose(rt.infer(many), expected(many), rtol=1e-6)
+
+
+def test_with_graphs_only_the_thread_that_warmed_the_network_adopts_it():
+    rt = serving(graphs=True)
+    rt._warned_thread = True  # the other thread's call warns once; not what this test reads
+    batch = np.zeros((1, *DIMS), np.float32)
+    other = threading.Thread(target=rt.infer, args=(batch,))
+    other.start()
+    other.join()
+    assert rt._late is not None and rt.plan.chunks(1) == [8]  # graphs are per thread: not captured there
+    rt.infer(batch)
+    assert rt._late is None and rt.plan.chunks(1) == [1]
+
+
+def test_a_late_bucket_whose_capture_fails_is_left_out(caplog):
+    rt = serving(graphs=True)
+    late = rt._late._made[0]
+
+    def refuse(binding: object, options: object = None) -> None:
+        raise RuntimeError("CUDA graph capture failed")
+
+    late.session.run_with_iobinding = refuse
+    batch = np.random.default_rng(2).random((1, *DIMS), dtype=np.float32)
+    with caplog.at_level(logging.WARNING):
+        got = rt.infer(batch)
+    np.testing.assert_allclose(got, expected(batch), rtol=1e-6)
+    assert [b.size for b in rt._buckets] == [8] and rt.plan.chunks(1) == [8]
+    assert late.session is None  # released
+    assert "late bucket 1 left out: its capture failed (CUDA graph capture failed)" in caplog.text
+
+
+@pytest.mark.parametrize("late", [(8,), (0,)])
+def test_the_runtime_refuses_late_sizes_it_already_has_or_that_are_not_sizes(late):
+    from tritonprep.classifier.ort_cuda import OrtCudaRuntime
+    from tritonprep.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="late_batch_buckets must be positive sizes that batch_buckets"):
+        OrtCudaRuntime(__file__, DIMS, buckets=(8, 64), late_buckets=late)
