@@ -85,8 +85,9 @@ def test_the_capsule_of_a_gpu_output_needs_no_synchronization_and_warns_nothing(
 def test_preprocessed_pixels_within_one_level_of_pillow(gpu_client, jpegs):
     images = [jpegs["chelsea"], jpegs["astronaut"]]
     got = gpu_client.preprocess(images)
+    assert got.shape[1:] == (224, 224, 3)  # the GPU config's PIXELS are channel-last (FP16 NHWC)
     for g, data in zip(got, images):
-        d = np.abs(g - reference_pixels(data)) * 128  # back to uint8 levels
+        d = np.abs(g - reference_pixels(data).transpose(1, 2, 0)) * 128  # back to uint8 levels
         assert (d <= 1.001).mean() >= 0.999 and d.max() <= 3
 
 
