@@ -108,7 +108,7 @@ def test_fuse_conv_bias_is_on_off_or_the_buckets_that_fuse(text, fused):
 @pytest.mark.parametrize(
     ("text", "error"),
     [
-        ("32", "does not have"),
+        ("32", "neither batch_buckets"),
         ("yes", "true, false or batch bucket sizes"),
         ("1", "write true or false"),
         ("0", "write true or false"),
