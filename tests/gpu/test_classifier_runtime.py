@@ -162,13 +162,16 @@ def wait_for_late_buckets(rt, timeout_s: float = 180.0) -> None:
 
 
 @pytest.mark.parametrize("fused", [False, True], ids=["unfused", "fused"])
-def test_a_late_bucket_is_made_while_serving_and_a_lone_image_runs_on_it(cp, ort_gpu, batch, fused):
+def test_a_late_bucket_is_made_while_serving_and_a_lone_image_runs_on_it(cp, ort_gpu, batch, fused, caplog):
     """The shipped classifier's GPU form: buckets 8 at start, 1 made on a thread, captured by the serving thread at
-    its next call; a lone image then runs on it with the answer it had padded into the 8."""
+    its next call; a lone image then runs on it with the answer it had padded into the 8. The log says both."""
+    import logging
+
     from tritonprep.classifier.ort_cuda import OrtCudaRuntime
     from tritonprep.classifier.ort_options import CudaEpOptions
     from tritonprep.network_files import model_file
 
+    caplog.set_level(logging.INFO, logger="tritonprep.classifier.ort_cuda")
     rt = OrtCudaRuntime(
         model_file(ONNX, "fp16"),
         DIMS,
@@ -186,6 +189,9 @@ def test_a_late_bucket_is_made_while_serving_and_a_lone_image_runs_on_it(cp, ort
         alone = rt.infer(x[:1]).get()  # adopts it first
         assert rt._late is None and [b.size for b in rt._buckets] == [1, 8] and rt.chunks_for(1) == [1]
         assert {"late_b1", "late_adopt"} <= set(rt.timings)
+        assert "batch buckets 8 (one session each, captured while loading; one run 8: " in caplog.text
+        assert "ms), late buckets 1 made while serving, cuDNN" in caplog.text
+        assert "late bucket(s) 1 added while serving" in caplog.text and "one run 1: " in caplog.text
         np.testing.assert_allclose(softmax(alone), softmax(padded), rtol=0, atol=0.01)
         np.testing.assert_allclose(rt.infer(x[:1]).get(), alone, rtol=0, atol=1e-3)  # replayed: the same
         four = rt.infer(x).get()  # batches the plan spreads over both buckets
