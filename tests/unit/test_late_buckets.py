@@ -110,16 +110,45 @@ def test_the_serving_thread_adopts_the_late_bucket_at_its_next_call_and_runs_a_l
     np.testing.assert_allclose(rt.infer(many), expected(many), rtol=1e-6)
 
 
-def test_with_graphs_only_the_thread_that_warmed_the_network_adopts_it():
+def test_with_graphs_a_call_on_another_thread_leaves_the_late_buckets_out(caplog):
+    """Graphs are per thread: ONNX Runtime captures the network again on a thread it was not warmed up on, which needs
+    the process's CUDA work to itself, so the late buckets are stopped and let go rather than adopted there."""
     rt = serving(graphs=True)
+    late = rt._late
+    made = late._made[0]
     rt._warned_thread = True  # the other thread's call warns once; not what this test reads
     batch = np.zeros((1, *DIMS), np.float32)
     other = threading.Thread(target=rt.infer, args=(batch,))
-    other.start()
-    other.join()
-    assert rt._late is not None and rt.plan.chunks(1) == [8]  # graphs are per thread: not captured there
-    rt.infer(batch)
-    assert rt._late is None and rt.plan.chunks(1) == [1]
+    with caplog.at_level(logging.WARNING):
+        other.start()
+        other.join()
+    assert rt._late is None and made.session is None and not late.running()
+    assert rt.plan.chunks(1) == [8] and [b.size for b in rt._buckets] == [8]
+    assert "late buckets left out: the network runs on another thread than it was warmed up on" in caplog.text
+    rt.infer(batch)  # the warm thread: nothing left to adopt
+    assert rt.plan.chunks(1) == [8]
+
+
+def test_a_bucket_made_while_a_stop_waits_is_let_go_on_the_thread():
+    """A session cannot be interrupted while it is created: one made after the stop asked is released by the thread
+    (while the runtime's stream lives), neither run nor handed back."""
+    entered, go = threading.Event(), threading.Event()
+    released: list[int] = []
+    runs: list[int] = []
+
+    def make(size: int):
+        entered.set()
+        go.wait(5)
+        return bucket(size)
+
+    late = LateBuckets((1, 2), make, lambda b, o: runs.append(b.size), lambda b: released.append(b.size), RunOptions())
+    assert entered.wait(5)
+    stopper = threading.Thread(target=lambda: late.stop(wait_s=5))
+    stopper.start()
+    time.sleep(0.05)  # the stop is waiting for the thread
+    go.set()
+    stopper.join()
+    assert released == [1] and runs == [] and not late.running() and late.take() == []
 
 
 def test_a_late_bucket_whose_capture_fails_is_left_out(caplog):

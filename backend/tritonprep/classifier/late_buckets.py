@@ -65,6 +65,9 @@ class LateBuckets:
             except Exception as e:  # noqa: BLE001 - ONNX Runtime raises its own types; the others serve on
                 log.warning("%s: late bucket %d not made (%s); batches run on the other buckets", self.what, size, e)
                 continue
+            if self._stopping.is_set():  # made while a stop waited: let it go here, while its stream lives
+                self._release(bucket)
+                break
             try:
                 self._first_run(bucket, self._options)
             except Exception as e:  # noqa: BLE001 - as above; a stop's terminate ends a run this way too
@@ -75,6 +78,10 @@ class LateBuckets:
             self.timings[f"late_b{size}"] = time.perf_counter() - t0
             self._made.append(bucket)
         self.timings["late_buckets"] = time.perf_counter() - start
+
+    def running(self) -> bool:
+        """Whether the thread is still at work (after a :meth:`stop` that timed out: inside ONNX Runtime)."""
+        return self._thread.is_alive()
 
     def ready(self) -> bool:
         """Whether the thread is done and its buckets are still to be taken."""
@@ -88,7 +95,8 @@ class LateBuckets:
 
     def stop(self, wait_s: float = STOP_WAIT_S) -> list[Any]:
         """Stop the thread: a first run in progress is asked to end; wait up to ``wait_s``. The buckets made and
-        not taken, for the caller to release; none if the thread is still inside ONNX Runtime (they stay with it)."""
+        not taken, for the caller to release; none if the thread is still inside ONNX Runtime (:meth:`running`: what
+        it holds stays with it, and the caller must keep the stream and memory it may use)."""
         self._stopping.set()
         if self._options is not None:
             self._options.terminate = True

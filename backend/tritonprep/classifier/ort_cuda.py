@@ -86,9 +86,9 @@ class _Bucket:
 
 def _release(bucket: _Bucket) -> None:
     """Let a bucket that will not be used go: its binding cleared, then its session and buffers dropped."""
-    with contextlib.suppress(Exception):  # ORT raises its own types; the rest goes regardless
-        bucket.binding.clear_binding_inputs()
-        bucket.binding.clear_binding_outputs()
+    for clear in ("clear_binding_inputs", "clear_binding_outputs"):
+        with contextlib.suppress(Exception):  # ORT raises its own types; the rest goes regardless
+            getattr(bucket.binding, clear)()
     bucket.binding = bucket.session = bucket.x = bucket.y = None
 
 
@@ -140,6 +140,7 @@ class OrtCudaRuntime:
         cupy = import_cupy()
         #: how a batch is spread over the buckets (their replay times measured in the warm-up)
         self.plan = BucketPlan(buckets)
+        preload_report = preload(ort)
         if cache:
             use_for_cupy()  # CuPy's kernels (copies, casts, the top-k) compiled once, kept for later starts
         self.timings["imports"] = time.perf_counter() - t0
@@ -182,7 +183,7 @@ class OrtCudaRuntime:
         provider["prefer_nhwc"] = "1" if nhwc else "0"
         #: how each bucket's session is made (its options, the optimized models kept, what ONNX Runtime refused)
         self._sessions = BucketSessions(
-            ort, onnx_path, models, provider, self.ep_options, self.caps_mb, every, cuda_graphs, preload(ort)
+            ort, onnx_path, models, provider, self.ep_options, self.caps_mb, every, cuda_graphs, preload_report
         )
         self.cuda_graphs = cuda_graphs
         try:
@@ -217,7 +218,7 @@ class OrtCudaRuntime:
             self.plan.describe(),
             f", late buckets {','.join(map(str, late_buckets))} made while serving" if late_buckets else "",
             self.ep_options.describe(),
-            f", arenas capped at {','.join(map(str, caps))} MiB" if any(caps) else "",
+            f", arenas capped at {', '.join(f'{b}: {c}' for b, c in zip(every, caps))} MiB" if any(caps) else "",
             ", ".join(f"{k} {v:.2f} s" for k, v in self.timings.items()),
         )
 
@@ -299,7 +300,15 @@ class OrtCudaRuntime:
         """The late buckets, once their thread has made them all (:mod:`.late_buckets`): captured on this thread (the
         serving one: graphs are per thread), timed and added to the plan. One that cannot be captured is left out."""
         late = self._late
-        if late is None or not late.ready() or (self.cuda_graphs and threading.get_ident() != self._warm_thread):
+        if late is None:
+            return
+        if self.cuda_graphs and threading.get_ident() != self._warm_thread:  # ORT captures again on this thread:
+            self._late = None  # nothing else may run meanwhile, and these would be captured on the wrong thread
+            for bucket in late.stop():
+                _release(bucket)
+            log.warning("late buckets left out: the network runs on another thread than it was warmed up on")
+            return
+        if not late.ready():
             return
         self._late = None
         t0 = time.perf_counter()
@@ -309,7 +318,7 @@ class OrtCudaRuntime:
             try:
                 if self.cuda_graphs:
                     self._run_bucket(bucket, self.caps_mb[bucket.size])  # the capture
-                self._seconds[bucket.size] = measure([bucket.size], self._replay)[0]
+                self._replay(bucket.size)
             except Exception as e:  # noqa: BLE001 - ONNX Runtime raises its own types; a sticky fault shows below
                 log.warning("late bucket %d left out: its capture failed (%s)", bucket.size, e)
                 self._buckets = [b for b in self._buckets if b is not bucket]
@@ -318,6 +327,8 @@ class OrtCudaRuntime:
             added.append(bucket.size)
         self.stream.synchronize()  # a sticky fault of a capture is the instance's (the caller's fault guard)
         sizes = [bucket.size for bucket in self._buckets]
+        if added:  # every bucket timed again, taking turns: the start's times were taken idle, these under load
+            self._seconds = dict(zip(sizes, measure(sizes, self._replay)))
         self.plan = BucketPlan(sizes, [self._seconds[size] for size in sizes])
         self.timings.update(late.timings, late_adopt=time.perf_counter() - t0)
         if added:
@@ -366,6 +377,8 @@ class OrtCudaRuntime:
         t0 = time.perf_counter()
         late, self._late = getattr(self, "_late", None), None
         unused_late = late.stop() if late is not None else []  # the thread first: nothing of it runs below
+        #: a late buckets' thread still inside ONNX Runtime after the stop's wait: its stream and memory are kept
+        lingering = late is not None and late.running()
         cp = self._cp if hasattr(self, "_cp") else None
         if cp is not None and hasattr(self, "stream"):
             try:
@@ -378,13 +391,17 @@ class OrtCudaRuntime:
             _release(bucket)
         del buckets
         gc.collect()  # the sessions go now, while their stream and the CUDA runtime are alive
-        if cp is not None and hasattr(self, "stream"):
+        if cp is not None and hasattr(self, "stream") and not lingering:
             with contextlib.suppress(cp.cuda.runtime.CUDARuntimeError):
                 with self.device:
                     cp.get_default_memory_pool().free_all_blocks()
             if self._own_stream:
                 self.stream = None
             log.info("network on GPU %d: released in %.2f s", self.device.id, time.perf_counter() - t0)
+        elif lingering:
+            log.info(
+                "network on GPU %d: released but for its stream, kept for the late buckets' thread", self.device.id
+            )
 
     def chunks_for(self, n: int) -> list[int]:
         """The buckets ``n`` images run on, largest first: the cover of least measured time (:mod:`.bucket_plan`)."""
