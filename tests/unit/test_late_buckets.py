@@ -175,3 +175,71 @@ def test_the_runtime_refuses_late_sizes_it_already_has_or_that_are_not_sizes(lat
 
     with pytest.raises(ConfigError, match="late_batch_buckets must be positive sizes that batch_buckets"):
         OrtCudaRuntime(__file__, DIMS, buckets=(8, 64), late_buckets=late)
+
+
+class Pool:
+    def __init__(self) -> None:
+        self.freed = 0
+
+    def free_all_blocks(self) -> None:
+        self.freed += 1
+
+
+class Cupy:
+    """What the runtime's close reads of CuPy: its CUDA error types and the memory pool (host fakes)."""
+
+    class cuda:  # noqa: N801 - CuPy's module name
+        class runtime:  # noqa: N801
+            class CUDARuntimeError(Exception):  # noqa: N818 - CuPy's name
+                pass
+
+        class driver:  # noqa: N801
+            class CUDADriverError(Exception):  # noqa: N818 - CuPy's name
+                pass
+
+    def __init__(self) -> None:
+        self.pool = Pool()
+
+    def get_default_memory_pool(self) -> Pool:
+        return self.pool
+
+
+def closing(late: LateBuckets):
+    rt = runtime((8,))
+    rt._closed, rt._own_stream, rt._cp = False, True, Cupy()
+    rt._late = late
+    return rt
+
+
+def test_close_stops_the_thread_and_releases_the_late_buckets_nobody_took():
+    late = LateBuckets((1,), bucket, lambda b, o: None, lambda b: None, RunOptions())
+    wait_ready(late)
+    made = late._made[0]
+    rt = closing(late)
+    start = rt._buckets[0]
+    rt.close()
+    assert made.session is None and start.session is None  # both released
+    assert rt._cp.pool.freed == 1 and rt.stream is None and rt._late is None
+
+
+def test_a_close_whose_stop_times_out_keeps_the_stream_and_the_pool_for_the_thread(monkeypatch):
+    """A session being created cannot be interrupted: past the stop's wait the thread may still use the runtime's
+    stream and memory, so the close leaves both (the process's end frees them)."""
+    from tritonprep.classifier import late_buckets
+
+    monkeypatch.setattr(late_buckets, "STOP_WAIT_S", 0.05)
+    go = threading.Event()
+    released: list[int] = []
+
+    def make(size: int):
+        go.wait(5)  # inside ONNX Runtime, deaf to terminate
+        return bucket(size)
+
+    late = LateBuckets((1,), make, lambda b, o: None, lambda b: released.append(b.size), RunOptions())
+    rt = closing(late)
+    stream = rt.stream
+    rt.close()
+    assert late.running() and rt.stream is stream and rt._cp.pool.freed == 0
+    go.set()  # the session is made after all: the thread lets it go itself
+    late._thread.join(5)
+    assert released == [1] and not late.running()

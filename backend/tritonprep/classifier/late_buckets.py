@@ -93,13 +93,15 @@ class LateBuckets:
         made, self._made = self._made, []
         return made
 
-    def stop(self, wait_s: float = STOP_WAIT_S) -> list[Any]:
-        """Stop the thread: a first run in progress is asked to end; wait up to ``wait_s``. The buckets made and
+    def stop(self, wait_s: float | None = None) -> list[Any]:
+        """Stop the thread: a first run in progress is asked to end; wait up to ``wait_s`` (:data:`STOP_WAIT_S`
+        unless given). The buckets made and
         not taken, for the caller to release; none if the thread is still inside ONNX Runtime (:meth:`running`: what
         it holds stays with it, and the caller must keep the stream and memory it may use)."""
         self._stopping.set()
         if self._options is not None:
             self._options.terminate = True
+        wait_s = STOP_WAIT_S if wait_s is None else wait_s
         self._thread.join(wait_s)
         if self._thread.is_alive():
             log.warning(
