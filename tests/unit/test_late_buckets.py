@@ -168,12 +168,12 @@ def test_a_late_bucket_whose_capture_fails_is_left_out(caplog):
     assert "late bucket 1 left out: its capture failed (CUDA graph capture failed)" in caplog.text
 
 
-@pytest.mark.parametrize("late", [(8,), (0,)])
+@pytest.mark.parametrize("late", [(8,), (0,), (4, 1), (1, 1)])
 def test_the_runtime_refuses_late_sizes_it_already_has_or_that_are_not_sizes(late):
     from tritonprep.classifier.ort_cuda import OrtCudaRuntime
     from tritonprep.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="late_batch_buckets must be positive sizes that batch_buckets"):
+    with pytest.raises(ConfigError, match="late_batch_buckets must be increasing positive sizes that batch_buckets"):
         OrtCudaRuntime(__file__, DIMS, buckets=(8, 64), late_buckets=late)
 
 

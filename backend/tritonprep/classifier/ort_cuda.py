@@ -129,10 +129,10 @@ class OrtCudaRuntime:
         self._late: LateBuckets | None = None
         if not buckets or sorted(set(buckets)) != list(buckets) or buckets[0] < 1:
             raise ConfigError(f"batch_buckets must be increasing positive sizes, got {list(buckets)}")
-        if any(size < 1 or size in buckets for size in late_buckets):
+        if sorted(set(late_buckets)) != list(late_buckets) or any(s < 1 or s in buckets for s in late_buckets):
             raise ConfigError(
-                f"late_batch_buckets must be positive sizes that batch_buckets ({','.join(map(str, buckets))}) does "
-                f"not have, got {list(late_buckets)}"
+                f"late_batch_buckets must be increasing positive sizes that batch_buckets "
+                f"({','.join(map(str, buckets))}) does not have, got {list(late_buckets)}"
             )
         ort = import_onnxruntime()
         if not cuda_provider_available(ort):

@@ -128,7 +128,7 @@ def apply(mf: ModelFile, choice: Choice) -> None:
         params[_bucket_param(params)].string_value = ",".join(map(str, choice.buckets))
         late: list[int] = []
         for key in (k for k in LATE_PARAMS if k in params):  # a late 32 with the budget's largest bucket 32: fails
-            late = _kept(
+            late += _kept(
                 f"{mf.model}: {key}", params[key], lambda v: v < max(choice.buckets) and v not in choice.buckets, ""
             )
         for key in (k for k in FUSE_PARAMS if k in params):  # "64" with the 64 bucket gone: a config that fails
