@@ -172,6 +172,7 @@ def test_a_late_bucket_is_made_while_serving_and_a_lone_image_runs_on_it(cp, ort
     from tritonprep.network_files import model_file
 
     caplog.set_level(logging.INFO, logger="tritonprep.classifier.ort_cuda")
+    caplog.set_level(logging.INFO, logger="tritonprep.classifier.late_buckets")
     rt = OrtCudaRuntime(
         model_file(ONNX, "fp16"),
         DIMS,
@@ -193,6 +194,7 @@ def test_a_late_bucket_is_made_while_serving_and_a_lone_image_runs_on_it(cp, ort
         assert "batch buckets 8 (one session each, captured while loading; one run 8: " in caplog.text
         assert "ms), late buckets 1 made while serving, cuDNN" in caplog.text
         assert "late bucket(s) 1 added while serving" in caplog.text and "one run 1: " in caplog.text
+        assert "classifier on GPU 0: late bucket(s) made 1 in " in caplog.text  # what the harness waits for
         np.testing.assert_allclose(softmax(alone), softmax(padded), rtol=0, atol=0.01)
         np.testing.assert_allclose(rt.infer(x[:1]).get(), alone, rtol=0, atol=1e-3)  # replayed: the same
         four = rt.infer(x).get()  # batches the plan spreads over both buckets

@@ -45,7 +45,7 @@ def test_the_thread_makes_and_runs_each_bucket_and_leaves_out_one_that_fails(cap
         if b.size == 4:
             raise RuntimeError("cuDNN failed")
 
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.INFO):
         late = LateBuckets((1, 2, 4), make, first_run, lambda b: released.append(b.size), options, "the classifier")
         wait_ready(late)
     taken = late.take()
@@ -56,6 +56,47 @@ def test_the_thread_makes_and_runs_each_bucket_and_leaves_out_one_that_fails(cap
     assert "late bucket 4 failed its first run (cuDNN failed)" in caplog.text
     assert {"late_b1", "late_buckets"} <= set(late.timings) and "late_b4" not in late.timings
     assert not late.ready() and late.take() == []  # taken once
+    assert "the classifier: late bucket(s) made 1 in " in caplog.text and "used from the next call" in caplog.text
+
+
+def test_the_thread_says_when_it_is_done_even_with_nothing_made(caplog):
+    """The line a benchmark waits for before it measures (scripts.bench.harness.serving.wait_for_late_buckets)."""
+
+    def make(size: int):
+        raise RuntimeError("out of memory")
+
+    with caplog.at_level(logging.INFO):
+        late = LateBuckets((1,), make, lambda b, o: None, lambda b: None, RunOptions(), "the embedder")
+        wait_ready(late)
+    assert "the embedder: late bucket(s) made none in " in caplog.text
+    assert "the start's buckets serve on" in caplog.text
+
+
+def test_a_benchmark_waits_for_every_instance_that_announced_late_buckets(tmp_path):
+    from scripts.bench.harness.serving import late_buckets_pending, wait_for_late_buckets
+
+    start = (
+        'I1127 pb.py:33] "tritonprep.classifier.ort_cuda: classifier on GPU 0: onnxruntime-cuda+graphs+nhwc, batch '
+        "buckets 8,64 (one session each, captured while loading; one run 8: 0.86 ms, 64: 2.56 ms), late buckets 1 made "
+        'while serving, cuDNN heuristic/ws0/same_as_requested/fused-bias-b64; started in ..."\n'
+    )
+    done = (
+        'I1127 pb.py:33] "tritonprep.classifier.late_buckets: classifier on GPU 0: late bucket(s) made 1 in 2.80 s"\n'
+    )
+    other = (
+        'I1127 pb.py:33] "tritonprep.classifier.ort_cuda: classifier on GPU 0: ... batch buckets 8,64 (...), cuDNN"\n'
+    )
+    assert late_buckets_pending(start + start + other + done) == 1
+    assert late_buckets_pending(start + done + start + done) == 0 and late_buckets_pending(other) == 0
+    log = tmp_path / "triton.log"
+    log.write_text("an earlier server's lines: " + start)
+    offset = log.stat().st_size
+    with log.open("a") as f:
+        f.write(start + start + done)
+    assert wait_for_late_buckets(log, offset, timeout_s=0.3) is None  # one instance never said it was done
+    with log.open("a") as f:
+        f.write(done)
+    assert wait_for_late_buckets(log, offset, timeout_s=5) == pytest.approx(0, abs=0.5)
 
 
 def test_stop_ends_a_first_run_in_progress_through_terminate_and_hands_back_nothing_it_still_holds(caplog):

@@ -25,6 +25,11 @@ log = logging.getLogger(__name__)
 
 #: how long stopping waits for the thread (a session being created cannot be interrupted), seconds
 STOP_WAIT_S = 10.0
+#: the words of the log line that says the thread is done: ``<what>: late bucket(s) made 1 in 2.80 s, ...``
+MADE = "late bucket(s) made"
+#: the words of the network's start line where it has late buckets (:mod:`.ort_cuda`): ``late buckets 1 made while
+#: serving``
+ANNOUNCED = "made while serving"
 
 
 class LateBuckets:
@@ -78,6 +83,10 @@ class LateBuckets:
             self.timings[f"late_b{size}"] = time.perf_counter() - t0
             self._made.append(bucket)
         self.timings["late_buckets"] = time.perf_counter() - start
+        if not self._stopping.is_set():  # what a benchmark waits for before it measures
+            sizes = ",".join(str(b.size) for b in self._made)
+            then = "used from the next call" if sizes else "the start's buckets serve on"
+            log.info("%s: %s %s in %.2f s, %s", self.what, MADE, sizes or "none", self.timings["late_buckets"], then)
 
     def running(self) -> bool:
         """Whether the thread is still at work (after a :meth:`stop` that timed out: inside ONNX Runtime)."""

@@ -50,7 +50,7 @@ from ..cache import use_for_cupy
 from ..cuda import cuda_fault_guard, import_cupy, note_if_sticky
 from ..errors import ConfigError, RuntimeUnavailable
 from .bucket_plan import BucketPlan, measure
-from .late_buckets import LateBuckets
+from .late_buckets import ANNOUNCED, LateBuckets
 from .ort_options import (  # the lookup and error helpers stay importable from here
     GPU_INSTALL_HINT,
     CudaEpOptions,
@@ -205,7 +205,8 @@ class OrtCudaRuntime:
             self.run_options = run_options(ort)
             self._warm_up()
             if late_buckets:
-                self._late = LateBuckets(late_buckets, self._make_bucket, self._first_run, _release, self._once())
+                what = f"classifier on GPU {device_id}"
+                self._late = LateBuckets(late_buckets, self._make_bucket, self._first_run, _release, self._once(), what)
         except BaseException:  # the caller never gets this runtime: release what it made here
             self.close()
             raise
@@ -216,7 +217,7 @@ class OrtCudaRuntime:
             self.name,
             ",".join(map(str, buckets)),
             self.plan.describe(),
-            f", late buckets {','.join(map(str, late_buckets))} made while serving" if late_buckets else "",
+            f", late buckets {','.join(map(str, late_buckets))} {ANNOUNCED}" if late_buckets else "",
             self.ep_options.describe(),
             f", arenas capped at {', '.join(f'{b}: {c}' for b, c in zip(every, caps))} MiB" if any(caps) else "",
             ", ".join(f"{k} {v:.2f} s" for k, v in self.timings.items()),

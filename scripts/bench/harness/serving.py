@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tritonprep.classifier.late_buckets import ANNOUNCED, MADE
 from tritonprep_testkit.servers import local_options
 
 from .gpu import GpuSampler, read_gpu
@@ -215,6 +216,7 @@ def serve(
                 raise
             record["ready_s"] = round(time.monotonic() - t0, 2)
             at_ready = sampler.take()
+            record["late_buckets_s"] = wait_for_late_buckets(log_path, offset)  # measured with them in use
             record["ready_mib"] = at_ready.total_mib if at_ready else -1
             record["by_process_ready"] = at_ready.by_process if at_ready else {}
             folders = [report_dir(part) for part in server.servers]
@@ -247,3 +249,33 @@ def server_mib(record: dict[str, Any], key: str) -> int | None:
     not sampled."""
     value, base = record.get(key, -1), record.get("baseline_mib", -1)
     return None if value is None or value < 0 or base < 0 else value - base
+
+
+#: a network instance's start line where it has late buckets, and its thread's line once it made them
+#: (tritonprep.classifier.late_buckets)
+_LATE_ANNOUNCED = re.compile(r"late buckets [\d,]+ " + re.escape(ANNOUNCED))
+#: how long a benchmark waits for the late buckets after ready, seconds
+LATE_WAIT_S = 60.0
+
+
+def late_buckets_pending(text: str) -> int:
+    """How many network instances of a server log (``text``) announced late buckets and have not logged their thread
+    done yet (made, or none made)."""
+    return max(0, len(_LATE_ANNOUNCED.findall(text)) - text.count(MADE))
+
+
+def wait_for_late_buckets(log_path: Path, offset: int, timeout_s: float = LATE_WAIT_S) -> float | None:
+    """Wait until every network instance of the server logging to ``log_path`` (from ``offset``) has made its late
+    buckets, which the next call then uses: a measurement after this sees the steady state, not the start's buckets.
+    The seconds waited, or None if some were still being made after ``timeout_s`` (logged)."""
+    t0 = time.monotonic()
+    while True:
+        with log_path.open("rb") as f:
+            f.seek(offset)
+            pending = late_buckets_pending(f.read().decode(errors="replace"))
+        if not pending:
+            return round(time.monotonic() - t0, 2)
+        if time.monotonic() - t0 > timeout_s:
+            log.warning("%d network instance(s) still making late buckets %.0f s after ready", pending, timeout_s)
+            return None
+        time.sleep(0.2)
