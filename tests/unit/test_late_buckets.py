@@ -131,7 +131,6 @@ def serving(sizes: tuple[int, ...] = (8,), late: tuple[int, ...] = (1,), first_r
     rt = runtime(sizes)
     rt.cuda_graphs = graphs
     rt.caps_mb = dict.fromkeys((*sizes, *late), 0)
-    rt._seconds = {size: size * 1e-4 for size in sizes}
     rt._late = LateBuckets(late, bucket, first_run or (lambda b, o: None), lambda b: None, RunOptions())
     wait_ready(rt._late)
     return rt

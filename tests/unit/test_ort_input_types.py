@@ -94,7 +94,7 @@ def runtime() -> ort_cuda.OrtCudaRuntime:
 @pytest.mark.parametrize(("input_type", "dtype"), [("tensor(float)", np.float32), ("tensor(float16)", np.float16)])
 def test_the_input_buffer_takes_the_networks_input_type(input_type, dtype):
     session = Session(input_type)
-    bucket = runtime()._bind(None, session, 8, 0)
+    bucket = runtime()._bind(session, 8, 0)
     assert bucket.x.dtype == dtype and bucket.x.shape == (8, *DIMS) and bucket.y.dtype == np.float32
     assert session.binding.inputs == [("input", dtype, (8, *DIMS))]
     pixels = np.random.default_rng(0).standard_normal((3, *DIMS)).astype(np.float16)
@@ -105,4 +105,4 @@ def test_the_input_buffer_takes_the_networks_input_type(input_type, dtype):
 
 def test_another_input_type_is_refused_by_name():
     with pytest.raises(ConfigError, match=r"tensor\(uint8\); expected one of tensor\(float\), tensor\(float16\)"):
-        runtime()._bind(None, Session("tensor(uint8)"), 8, 0)
+        runtime()._bind(Session("tensor(uint8)"), 8, 0)

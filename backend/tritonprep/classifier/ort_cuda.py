@@ -226,9 +226,9 @@ class OrtCudaRuntime:
     def _make_bucket(self, size: int) -> _Bucket:
         """The session of bucket ``size`` with its bound buffers (not yet run)."""
         with self.device:
-            return self._bind(self._sessions.ort, self._sessions.session(size), size, self.device.id)
+            return self._bind(self._sessions.session(size), size, self.device.id)
 
-    def _bind(self, ort: Any, session: Any, size: int, device_id: int) -> _Bucket:
+    def _bind(self, session: Any, size: int, device_id: int) -> _Bucket:
         cp = self._cp
         inp, out = session.get_inputs()[0], session.get_outputs()[0]
         if tuple(inp.shape[1:]) != self.input_dims:
@@ -273,11 +273,13 @@ class OrtCudaRuntime:
                 self._run_bucket(bucket, cap)
                 self.timings[f"capture_b{bucket.size}"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        sizes = [bucket.size for bucket in self._buckets]
-        #: each bucket's measured replay, seconds (the plan's input; a late bucket adds its own)
-        self._seconds = dict(zip(sizes, measure(sizes, self._replay)))
-        self.plan = BucketPlan(sizes, [self._seconds[size] for size in sizes])
+        self._measure_plan()
         self.timings["measure"] = time.perf_counter() - t0
+
+    def _measure_plan(self) -> None:
+        """The plan from every bucket's replay, timed now, the buckets taking turns (:func:`measure`)."""
+        sizes = [bucket.size for bucket in self._buckets]
+        self.plan = BucketPlan(sizes, measure(sizes, self._replay))
 
     def _once(self) -> Any:
         """Run options of a bucket's first run: it neither captures nor replays (``gpu_graph_id`` -1) where graphs
@@ -327,10 +329,8 @@ class OrtCudaRuntime:
                 continue
             added.append(bucket.size)
         self.stream.synchronize()  # a sticky fault of a capture is the instance's (the caller's fault guard)
-        sizes = [bucket.size for bucket in self._buckets]
         if added:  # every bucket timed again, taking turns: the start's times were taken idle, these under load
-            self._seconds = dict(zip(sizes, measure(sizes, self._replay)))
-        self.plan = BucketPlan(sizes, [self._seconds[size] for size in sizes])
+            self._measure_plan()
         self.timings.update(late.timings, late_adopt=time.perf_counter() - t0)
         if added:
             log.info(

@@ -126,27 +126,31 @@ def apply(mf: ModelFile, choice: Choice) -> None:
         gpu[0].count = choice.count
     if choice.buckets:
         params[_bucket_param(params)].string_value = ",".join(map(str, choice.buckets))
+
+        def stays_late(size: int) -> bool:  # a late 32 with the budget's largest bucket 32: a config that fails
+            return size < max(choice.buckets) and size not in choice.buckets
+
         late: list[int] = []
-        for key in (k for k in LATE_PARAMS if k in params):  # a late 32 with the budget's largest bucket 32: fails
-            late += _kept(
-                f"{mf.model}: {key}", params[key], lambda v: v < max(choice.buckets) and v not in choice.buckets, ""
-            )
+        for key in (k for k in LATE_PARAMS if k in params):
+            late += _kept(f"{mf.model}: {key}", params[key], stays_late, ",".join)
         for key in (k for k in FUSE_PARAMS if k in params):  # "64" with the 64 bucket gone: a config that fails
-            _kept(f"{mf.model}: {key}", params[key], lambda v: v in choice.buckets or v in late, "false")
+            _kept(f"{mf.model}: {key}", params[key], lambda v: v in choice.buckets or v in late, _fuse_text)
     params[GPU_MEMORY_PARAM].string_value = str(choice.gpu_memory_mb)
 
 
-def _kept(what: str, param: Any, keep: Callable[[int], bool], none: str) -> list[int]:
-    """Keep the sizes of a parameter naming bucket sizes that ``keep(size)`` accepts (``none`` if no size is left:
-    ``false`` for ``fuse_conv_bias``; a parameter that is not a list of sizes, such as ``true``, stays); return the
-    sizes kept."""
+def _fuse_text(sizes: list[str]) -> str:
+    """``fuse_conv_bias`` naming ``sizes``: ``false`` for none, and a lone 1 (which reads as "on") as ``1,``."""
+    return "1," if sizes == ["1"] else ",".join(sizes) or "false"
+
+
+def _kept(what: str, param: Any, keep: Callable[[int], bool], render: Callable[[list[str]], str]) -> list[int]:
+    """Keep the sizes of a parameter naming bucket sizes that ``keep(size)`` accepts, written back by ``render`` (a
+    parameter that is not a list of sizes, such as ``true``, stays); return the sizes kept."""
     sizes = [v.strip() for v in param.string_value.split(",") if v.strip()]
     if not sizes or not all(v.isdigit() for v in sizes):
         return []
     kept = [v for v in sizes if keep(int(v))]
-    text = ",".join(kept) or none
-    if none == "false" and kept == ["1"]:  # fuse_conv_bias: a lone 1 reads as "on"; the 1 bucket alone is "1,"
-        text = "1,"
+    text = render(kept)
     if kept != sizes:
         log.info("%s %s with the budget's buckets (was %s)", what, text, ",".join(sizes))
     param.string_value = text
