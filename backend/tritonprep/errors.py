@@ -10,6 +10,9 @@ that says what to change.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 
 class PreprocessError(Exception):
     """Base class of every tritonprep server-side error."""
@@ -83,3 +86,21 @@ class ServerError(PreprocessError):
 class StartRefused(ServerError):
     """The embedded server was not started: something the user must fix first (a port in use, no model repository,
     no network runtime, an option that cannot be served). ``tritonprep serve`` says it in one line and exits 2."""
+
+
+def detach_errors(errors: Mapping[Any, BaseException]) -> None:
+    """Drop the tracebacks and chained exceptions of per-image or per-request errors, keeping their messages.
+
+    An error returned from inside an ``except`` block keeps its traceback, whose frames keep
+    their locals: the encoded bytes, decoded pictures, (in a worker) a view of the whole output
+    batch and the executor itself, often in a reference cycle (error -> traceback -> frame ->
+    error) that only the cyclic garbage collector frees, rarely, since a few large arrays do not
+    count towards its thresholds. The soak measured 220 MB of growth in 16,000 batches from this.
+    Freed late, a closed GPU executor's last objects went at whatever moment the collector ran:
+    inside another executor's ``close``, where it crashed the process (a segmentation fault on the
+    H100). Executors return their errors detached (:class:`~tritonprep.executors.base.BatchResult`).
+    """
+    for error in errors.values():
+        error.__traceback__ = None
+        error.__context__ = None
+        error.__cause__ = None

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import io
+import weakref
 
 import numpy as np
 import pytest
@@ -58,6 +60,24 @@ def test_limits_apply_before_gpu_decode(cp, nvimgcodec, jpegs):
     with GpuExecutor(PreprocessConfig.single(limits=Limits(max_pixels=200_000)), 0) as ex:
         res = ex.run([jpegs["chelsea"], jpegs["astronaut"]])
     assert list(res.errors) == [1] and isinstance(res.errors[1], LimitExceeded)
+
+
+def test_a_closed_executor_with_refused_images_goes_without_the_garbage_collector(cp, nvimgcodec, jpegs):
+    """A refused image's error kept its traceback, whose frame held the executor in a reference cycle: the closed
+    executor then went whenever the cyclic collector ran, which crashed the process inside a later executor's
+    ``close`` on the H100 (a segmentation fault). Reference counting alone must free it."""
+    from tritonprep.executors.gpu import GpuExecutor
+
+    gc.disable()
+    try:
+        with GpuExecutor(PreprocessConfig.single(limits=Limits(max_pixels=200_000)), 0) as ex:
+            res = ex.run([jpegs["chelsea"], jpegs["astronaut"], b"not an image"])
+        assert sorted(res.errors) == [1, 2] and all(e.__traceback__ is None for e in res.errors.values())
+        gone = weakref.ref(ex)
+        del ex, res
+        assert gone() is None
+    finally:
+        gc.enable()
 
 
 STRETCH = OutputSpec(resize="stretch", output_height=300, output_width=300, mean=(0, 0, 0), std=(1, 1, 1))

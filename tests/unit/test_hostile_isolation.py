@@ -9,11 +9,11 @@ import weakref
 import numpy as np
 import pytest
 
-from tritonprep.errors import DecodeError, InstanceFailed
+from tritonprep.errors import DecodeError, InstanceFailed, detach_errors
+from tritonprep.executors.base import BatchResult
 from tritonprep.executors.cpu import CpuExecutor
 from tritonprep.spec import OutputSpec
 from tritonprep.triton import faults
-from tritonprep.triton.responses import detach_errors
 
 
 @pytest.fixture(scope="module")
@@ -23,16 +23,50 @@ def executor():
     ex.close()
 
 
-def test_detached_errors_free_the_batch_without_the_garbage_collector(executor, jpegs):
-    """The output batch must be freed by reference counting alone once the result is dropped."""
+def test_detach_errors_drops_tracebacks_and_chained_errors_and_keeps_the_message():
+    errors = {}
+    try:
+        try:
+            raise KeyError("inner")
+        except KeyError:
+            raise DecodeError("cannot decode the JPEG data") from None
+    except DecodeError as e:
+        errors[0] = e
+    try:
+        raise KeyError("inner")
+    except KeyError:
+        errors[1] = DecodeError("truncated")
+        try:
+            raise errors[1]
+        except DecodeError:
+            pass
+    assert all(e.__traceback__ is not None for e in errors.values()) and errors[1].__context__ is not None
+    detach_errors(errors)
+    for e in errors.values():
+        assert e.__traceback__ is None and e.__context__ is None and e.__cause__ is None
+    assert [str(e) for e in errors.values()] == ["cannot decode the JPEG data", "truncated"]
+
+
+def test_a_batch_result_holds_its_errors_detached():
+    try:
+        raise DecodeError("corrupt")
+    except DecodeError as e:
+        error = e
+    assert error.__traceback__ is not None
+    res = BatchResult({}, {3: error})
+    assert res.errors[3] is error and error.__traceback__ is None and str(error) == "corrupt"
+
+
+def test_an_executors_errors_free_the_batch_without_the_garbage_collector(executor, jpegs):
+    """The output batch must be freed by reference counting alone once the result is dropped: the executor's
+    errors come without the tracebacks whose frames would hold it in a reference cycle."""
     gc.disable()
     try:
         res = executor.run([jpegs["chelsea"], b"\xff\xd8\xff\xe0 not a jpeg", jpegs["coffee"][:500]])
-        assert set(res.errors) == {1, 2} and all(e.__traceback__ is not None for e in res.errors.values())
-        out = weakref.ref(res.output)
-        detach_errors(res.errors)
+        assert set(res.errors) == {1, 2}
         assert all(e.__traceback__ is None and e.__context__ is None for e in res.errors.values())
         assert "truncated" in str(res.errors[2]) or "corrupt" in str(res.errors[2])  # the message survives
+        out = weakref.ref(res.output)
         del res
         assert out() is None
     finally:

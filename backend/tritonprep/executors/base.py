@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-from ..errors import ImageError
+from ..errors import ImageError, detach_errors
 from ..spec import OutputSpec, PreprocessConfig
 
 #: ``{image output name: indices of the images it is computed for, in row order}``
@@ -33,7 +33,8 @@ class ImageInfo(NamedTuple):
 
 @dataclass
 class BatchResult:
-    """One batch per image output; ``errors`` maps the index of each failed image to its error."""
+    """One batch per image output; ``errors`` maps the index of each failed image to its error, detached (no
+    traceback or chained exception: :func:`~tritonprep.errors.detach_errors`)."""
 
     #: ``{image output name: numpy.ndarray or cupy.ndarray of shape (len(wanted[name]),) + spec.output_shape}``
     outputs: dict[str, Any]
@@ -44,6 +45,9 @@ class BatchResult:
     timings: dict[str, float] = field(default_factory=dict)
     #: size and decoder path of every image that decoded, by index
     images: dict[int, ImageInfo] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        detach_errors(self.errors)  # no frame, batch or executor kept alive by an error (see detach_errors)
 
     @property
     def output(self) -> Any:

@@ -34,10 +34,10 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..errors import InputError, InstanceFailed
+from ..errors import InputError, InstanceFailed, detach_errors
 from .health import fail_instance, instance_failure
 from .profiling import PhaseTimer
-from .responses import detach_errors, error_response, error_response_for, response
+from .responses import error_response, error_response_for, response
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ from .metrics import PreprocessMetrics
 from .pb import model_config
 from .profiling import PhaseTimer
 from .provenance import provenance_tensors
-from .responses import ImageRejected, detach_errors
+from .responses import ImageRejected
 from .tensors import bytes_input, output_tensor, requested_outputs
 
 log = logging.getLogger(__name__)
@@ -152,7 +152,6 @@ class PreprocessStage:
         images = [data for x in inputs for data in x.images]
         wanted, first_rows = plan_rows(inputs, self.image_outputs)
         result = self.executor.run(images, wanted, synchronize=synchronize)
-        detach_errors(result.errors)
         self.metrics.record_batch(result.decoded_by, result.timings)
         self.metrics.record_rejections(Counter(e.reason for e in result.errors.values()))
         self.timer.add(len(images), **result.timings)
