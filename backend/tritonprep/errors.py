@@ -5,7 +5,8 @@ client sent (:class:`InputError`: a malformed request, or one bad image, :class:
 and its subclasses) become an ``INVALID_ARG`` response for that request only; the other
 requests of the batch are unaffected. Errors in configuration or environment
 (:class:`ConfigError`, :class:`RuntimeUnavailable`) stop a model from loading, with a message
-that says what to change.
+that says what to change. :func:`detach_errors` drops the tracebacks and chained errors of caught
+per-image and per-request errors, so that they keep no frames alive.
 """
 
 from __future__ import annotations
@@ -91,14 +92,12 @@ class StartRefused(ServerError):
 def detach_errors(errors: Mapping[Any, BaseException]) -> None:
     """Drop the tracebacks and chained exceptions of per-image or per-request errors, keeping their messages.
 
-    An error returned from inside an ``except`` block keeps its traceback, whose frames keep
-    their locals: the encoded bytes, decoded pictures, (in a worker) a view of the whole output
-    batch and the executor itself, often in a reference cycle (error -> traceback -> frame ->
-    error) that only the cyclic garbage collector frees, rarely, since a few large arrays do not
-    count towards its thresholds. The soak measured 220 MB of growth in 16,000 batches from this.
-    Freed late, a closed GPU executor's last objects went at whatever moment the collector ran:
-    inside another executor's ``close``, where it crashed the process (a segmentation fault on the
-    H100). Executors return their errors detached (:class:`~tritonprep.executors.base.BatchResult`).
+    An error kept after its ``except`` block keeps its traceback, whose frames (and their callers'
+    frames) keep their locals: encoded bytes, decoded images, output batches, the executor itself,
+    often in a reference cycle (error -> traceback -> frame -> error) that only the cyclic garbage
+    collector frees, late and at any moment (the soak's memory growth, 90f69c0; a closed GPU executor's
+    crash, the stage 24 report). Executors return their errors detached
+    (:class:`~tritonprep.executors.base.BatchResult`).
     """
     for error in errors.values():
         error.__traceback__ = None

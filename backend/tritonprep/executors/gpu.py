@@ -164,7 +164,7 @@ class GpuExecutor:
                 keep = None if self.pool_limit_mb is None else (self.pool_limit_mb << 20) // 4
                 self.decoder = GpuDecoder(device_id, self.stream, config.decoding, keep_bytes=keep)
             except RuntimeUnavailable as e:
-                log.warning("GPU %d: %s; decoding with Pillow, preprocessing on the GPU", device_id, e)
+                log.warning("GPU %d: %s; decoding with Pillow, preprocessing on the GPU", device_id, str(e))
         self.timings["decoders"] = time.perf_counter() - t0
         threads = config.resolved_cpu_threads
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tritonprep-gpu-cpu")
