@@ -24,6 +24,11 @@ CHUNK_OVERHEAD_S = 50e-6
 MEASURE_ROUNDS = 5
 
 
+def increasing_sizes(sizes: Sequence[int]) -> bool:
+    """Whether ``sizes`` are strictly increasing positive batch sizes (none at all counts as such)."""
+    return sorted(set(sizes)) == list(sizes) and (not sizes or sizes[0] >= 1)
+
+
 def measure(buckets: Sequence[int], run: Callable[[int], object], rounds: int = MEASURE_ROUNDS) -> list[float]:
     """Seconds one run of each bucket takes: ``run(size)`` must run bucket ``size`` and wait for it. The
     buckets take turns, ``rounds`` times, so that whatever else uses the GPU meanwhile weighs on all of
@@ -53,7 +58,7 @@ class BucketPlan:
     batch runs on the smallest bucket that holds it, more than the largest in chunks of the largest)."""
 
     def __init__(self, buckets: Sequence[int], seconds: Sequence[float] | None = None) -> None:
-        if not buckets or sorted(set(buckets)) != list(buckets) or buckets[0] < 1:
+        if not buckets or not increasing_sizes(buckets):
             raise ValueError(f"buckets must be increasing positive sizes, got {list(buckets)}")
         if seconds is not None and len(seconds) != len(buckets):
             raise ValueError(f"{len(seconds)} times for {len(buckets)} buckets")

@@ -49,7 +49,7 @@ import numpy as np
 from ..cache import use_for_cupy
 from ..cuda import cuda_fault_guard, import_cupy, note_if_sticky
 from ..errors import ConfigError, RuntimeUnavailable
-from .bucket_plan import BucketPlan, measure
+from .bucket_plan import BucketPlan, increasing_sizes, measure
 from .late_buckets import ANNOUNCED, LateBuckets
 from .ort_options import (  # the lookup and error helpers stay importable from here
     GPU_INSTALL_HINT,
@@ -127,9 +127,9 @@ class OrtCudaRuntime:
         self._buckets: list[_Bucket] = []
         self._meanwhile = meanwhile
         self._late: LateBuckets | None = None
-        if not buckets or sorted(set(buckets)) != list(buckets) or buckets[0] < 1:
+        if not buckets or not increasing_sizes(buckets):
             raise ConfigError(f"batch_buckets must be increasing positive sizes, got {list(buckets)}")
-        if sorted(set(late_buckets)) != list(late_buckets) or any(s < 1 or s in buckets for s in late_buckets):
+        if not increasing_sizes(late_buckets) or any(s in buckets for s in late_buckets):
             raise ConfigError(
                 f"late_batch_buckets must be increasing positive sizes that batch_buckets "
                 f"({','.join(map(str, buckets))}) does not have, got {list(late_buckets)}"

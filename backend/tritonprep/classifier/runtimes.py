@@ -31,6 +31,7 @@ from ..errors import ConfigError, RuntimeUnavailable
 from ..memory import instance_budget_mb
 from ..network_files import TO_NCHW, channels_last, model_file, nhwc_variant, runs_nhwc_variant
 from ..parameters import Parameter, check_choice, markdown_table, read_bool, read_ints, read_lower, read_whole
+from .bucket_plan import increasing_sizes
 from .builders import import_tensorrt
 from .engines import EngineBuildError
 from .ort_cuda import GPU_INSTALL_HINT, OrtCudaRuntime, cuda_provider_available, import_onnxruntime
@@ -217,11 +218,11 @@ class RuntimeOptions:
             except ConfigError as e:
                 raise ConfigError(f"classifier parameter {e}") from None
         buckets = self.batch_buckets
-        if buckets and (sorted(set(buckets)) != list(buckets) or buckets[0] < 1):
+        if not increasing_sizes(buckets):
             raise ConfigError(f"batch_buckets must be increasing positive sizes, got {list(buckets)}")
         instance_budget_mb(self.gpu_memory_mb, buckets)  # a malformed budget fails the load, not the first GPU use
         late = self.late_batch_buckets
-        if late and (sorted(set(late)) != list(late) or late[0] < 1):
+        if not increasing_sizes(late):
             raise ConfigError(f"late_batch_buckets must be increasing positive sizes, got {list(late)}")
         if late and buckets and (set(late) & set(buckets) or late[-1] > buckets[-1]):
             raise ConfigError(
@@ -264,7 +265,7 @@ class RuntimeOptions:
                 except ConfigError as e:
                     raise ConfigError(f"classifier {e}") from None
         buckets = values.get("batch_buckets") or default_buckets(max_batch)
-        if sorted(set(buckets)) != list(buckets) or buckets[0] < 1 or buckets[-1] > max_batch:
+        if not increasing_sizes(buckets) or buckets[-1] > max_batch:
             raise ConfigError(
                 f"batch_buckets must be increasing positive sizes up to max_batch_size ({max_batch}), "
                 f"got {list(buckets)}"

@@ -270,9 +270,7 @@ def wait_for_late_buckets(log_path: Path, offset: int, timeout_s: float = LATE_W
     The seconds waited, or None if some were still being made after ``timeout_s`` (logged)."""
     t0 = time.monotonic()
     while True:
-        with log_path.open("rb") as f:
-            f.seek(offset)
-            pending = late_buckets_pending(f.read().decode(errors="replace"))
+        pending = late_buckets_pending(_log_text(log_path, offset))
         if not pending:
             return round(time.monotonic() - t0, 2)
         if time.monotonic() - t0 > timeout_s:
