@@ -11,7 +11,7 @@ word); every rule about values (choices, ranges) is checked once, when the froze
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,3 +136,33 @@ def markdown_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+#: the config parameters of a network model (classifier, embedder) that make it an MPS client of its own kind
+MPS_PARAMETERS = ("mps_active_thread_percentage", "mps_client_priority")
+
+
+def check_mps_client(sm_share: int, priority: int) -> None:
+    """:class:`~tritonprep.errors.ConfigError` unless ``sm_share`` is 0..100 and ``priority`` 0 or 1."""
+    if not 0 <= sm_share <= 100:
+        raise ConfigError(f"mps_active_thread_percentage must be 1..100 (or 0: no limit), got {sm_share}")
+    if priority not in (0, 1):
+        raise ConfigError(f"mps_client_priority must be 0 (normal) or 1 (below normal), got {priority}")
+
+
+def mps_client_parameters(params: Mapping[str, Any], model: str) -> tuple[int, int]:
+    """``(sm_share, priority)`` for :func:`tritonprep.cuda.set_mps_client` from a network model's config parameters
+    (:data:`MPS_PARAMETERS`; absent: 0, the server's environment decides); a bad value is a
+    :class:`~tritonprep.errors.ConfigError` naming ``model``."""
+    values = []
+    for name in MPS_PARAMETERS:
+        text = str(params.get(name, "0")).strip() or "0"
+        if not text.isdigit():
+            raise ConfigError(f"{model}: parameter {name} must be a whole number, got {text!r}")
+        values.append(int(text))
+    share, priority = values
+    try:
+        check_mps_client(share, priority)
+    except ConfigError as e:
+        raise ConfigError(f"{model}: {e}") from None
+    return share, priority

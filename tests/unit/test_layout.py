@@ -36,7 +36,7 @@ ALLOWED = {
     # memory: the syntax of gpu_memory_mb, which the budget plans with; cache: the server's CUDA driver cache folder
     "launcher": {"errors", "reports", "memory", "cache", "network_files"},
     # the one wiring of the request/response layer to the networks (classify_fused, classifier, embedder)
-    "pipeline": {"errors", "image_errors", "spec", "executors", "classifier", "triton", "memory"},
+    "pipeline": {"errors", "image_errors", "spec", "executors", "classifier", "triton", "memory", "cuda", "parameters"},
     # `tritonprep model add`: a network's configs from typed objects; the spec (its preprocessing) and the
     # classifier's names (labels, top-k outputs, ONNX Runtime to read the ONNX file)
     "repository": {"errors", "spec", "classifier", "network_files"},

@@ -32,6 +32,8 @@ from ..classifier.labels import PARAMETER as LABELS_PARAMETER
 from ..classifier.postprocess import OUTPUTS as TOP_K_OUTPUTS
 from ..classifier.postprocess import TopK
 from ..classifier.runtimes import Runtime, RuntimeOptions, load_runtime
+from ..cuda import set_mps_client
+from ..parameters import MPS_PARAMETERS, mps_client_parameters
 from ..triton.health import report_loaded
 from ..triton.isolation import RequestIsolation, row_batched
 from ..triton.pb import model_config, output_dims, parameters
@@ -66,7 +68,20 @@ def load_network(
     reported to the launcher. ``model_parameters``: the config's parameters that the model reads itself (every other
     one is the runtime's, and one it does not know is an error)."""
     max_batch = int(config["max_batch_size"])
-    runtime_params = {k: v for k, v in parameters(config).items() if k not in model_parameters}
+    params = parameters(config)
+    on_gpu = args["model_instance_kind"] == "GPU"
+    if on_gpu:  # before anything creates this process's CUDA context
+        share, priority = mps_client_parameters(params, args["model_name"])
+        set_mps_client(share, priority)
+        if share or priority:
+            log.info(
+                "%s: an MPS client with %s of the SMs, priority %s",
+                args["model_instance_name"],
+                f"{share} %" if share else "all",
+                "below normal" if priority else "normal",
+            )
+    skip = {*model_parameters, *MPS_PARAMETERS}
+    runtime_params = {k: v for k, v in params.items() if k not in skip}
     options = RuntimeOptions.from_parameters(runtime_params, max_batch)
     dims = tuple(int(d) for d in config["input"][0]["dims"])
     runtime = load_runtime(
@@ -74,7 +89,7 @@ def load_network(
         dims,
         options=options,
         device_id=int(args["model_instance_device_id"]),
-        use_gpu=args["model_instance_kind"] == "GPU",
+        use_gpu=on_gpu,
         max_batch=max_batch,
     )
     try:

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..memory import instance_budget_mb
-from ..parameters import check_choice
+from ..parameters import check_choice, check_mps_client
 from .options import EXECUTORS, DecoderOptions, Limits
 from .outputs import OutputSpec
 from .provenance import PROVENANCE, provenance_of
@@ -45,14 +45,7 @@ class PreprocessConfig:
             instance_budget_mb(self.gpu_memory_mb)  # a malformed budget fails the load, not the first GPU use
         if self.cpu_threads < 0:
             raise ConfigError(f"cpu_threads must be >= 0, got {self.cpu_threads}")
-        if not 0 <= self.mps_active_thread_percentage <= 100:
-            raise ConfigError(
-                f"mps_active_thread_percentage must be 1..100 (or 0: no limit), got {self.mps_active_thread_percentage}"
-            )
-        if self.mps_client_priority not in (0, 1):
-            raise ConfigError(
-                f"mps_client_priority must be 0 (normal) or 1 (below normal), got {self.mps_client_priority}"
-            )
+        check_mps_client(self.mps_active_thread_percentage, self.mps_client_priority)
         if not self.outputs:
             raise ConfigError("the preprocess model declares no image output; add one (e.g. PIXELS) to config.pbtxt")
         names = [n for n, _ in self.outputs]
