@@ -1,9 +1,18 @@
-"""One image's decode latency on the GPU by nvImageCodec backend: the call and the wait for its GPU work.
+"""One image's time on the GPU path, layer by layer: which part of a lone image's preprocessing costs what.
 
 ``python -m scripts.bench.decode_latency --out rows.json`` decodes 500x375 q90 photos (the harness's) one at a
-time, ``--calls`` times, with a decoder object of each backend (the hardware decoder, nvJPEG's CUDA decoder, the
-hybrid CPU/GPU decoder) and prints the p50 of the host call and of the call plus the stream's
-synchronize. It is the c=1 question "which decoder answers one image soonest", not a throughput measurement.
+time, ``--calls`` times a row, in one process, and prints each row's p50 of the host call and of the call plus the
+wait for its GPU work (``--gap-ms`` asleep before each call, as a server at c=1 is between requests):
+
+* ``raw <backend>``: an nvImageCodec decoder object of one backend (the hardware decoder, the hybrid CPU/GPU
+  decoder), decoding on a stream of its own;
+* ``raw hw, shipped options``: the hardware decoder with the shipped options (preallocation);
+* ``raw hw, shipped options, reused images``: the same, decoding into the last call's output images;
+* ``GpuDecoder``: tritonprep's staged decoder (its own streams joined to the caller's by events);
+* ``GpuExecutor``: the whole preprocessing of the shipped ``preprocess`` GPU config, PIXELS only (checks, decode,
+  the resize kernel, the wait), with its own steps' host time.
+
+It answers "where does a lone image's time go below Triton", not a throughput question.
 """
 
 from __future__ import annotations
@@ -13,55 +22,118 @@ import json
 import logging
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("decode_latency")
+
+
+def _timed(name: str, call: Callable[[bytes], Any], sync: Callable[[], None], jpegs: list[bytes], calls: int,
+           gap_s: float) -> dict[str, Any]:  # fmt: skip
+    """p50s of ``call`` (host) and of ``call`` + ``sync`` over ``calls`` calls, after a warm-up."""
+    host, total = [], []
+    for i in range(20 + calls):
+        if gap_s:
+            time.sleep(gap_s)
+        data = jpegs[i % len(jpegs)]
+        t0 = time.perf_counter()
+        call(data)
+        t1 = time.perf_counter()
+        sync()
+        t2 = time.perf_counter()
+        if i >= 20:
+            host.append(t1 - t0)
+            total.append(t2 - t0)
+    total.sort()
+    row = {
+        "row": name,
+        "calls": calls,
+        "gap_ms": gap_s * 1e3,
+        "call_p50_ms": round(statistics.median(host) * 1e3, 3),
+        "with_wait_p50_ms": round(statistics.median(total) * 1e3, 3),
+        "with_wait_p90_ms": round(total[int(0.9 * len(total))] * 1e3, 3),
+    }
+    log.info(json.dumps(row))
+    return row
+
+
+def _rows_at(gap: float, args: argparse.Namespace, nv: Any, cp: Any, jpegs: list[bytes], params: Any) -> list[dict]:
+    """Every row, ``gap`` seconds asleep before each call."""
+    from scripts.bench.gpu_time import make_executor
+    from tritonprep.decode.nvimgcodec import GpuDecoder, decoder_options, make_decoder
+    from tritonprep.spec import DecoderOptions
+
+    stream = cp.cuda.Stream(non_blocking=True)
+    common, hw_options = decoder_options(DecoderOptions())
+    rows = []
+
+    def raw(decoder: Any, reuse: list[Any] | None = None) -> Callable[[bytes], Any]:
+        def call(data: bytes) -> Any:
+            images = decoder.decode([nv.CodeStream(data)], params=params, cuda_stream=stream.ptr,
+                                    **({"images": reuse} if reuse else {}))  # fmt: skip
+            if reuse is not None:
+                reuse[:] = images
+            return images
+
+        return call
+
+    for name in args.backends.split(","):
+        decoder = make_decoder(nv, 0, (getattr(nv.BackendKind, name.upper()),), common, 1)
+        rows.append(_timed(f"raw {name}", raw(decoder), stream.synchronize, jpegs, args.calls, gap))
+        del decoder
+    decoder = make_decoder(nv, 0, (nv.BackendKind.HW_GPU_ONLY,), hw_options, 1)
+    rows.append(_timed("raw hw, shipped options", raw(decoder), stream.synchronize, jpegs, args.calls, gap))
+    kept: list[Any] = []
+    rows.append(_timed("raw hw, shipped options, reused images", raw(decoder, kept), stream.synchronize, jpegs,
+                       args.calls, gap))  # fmt: skip
+    del decoder, kept
+    staged = GpuDecoder(0, stream, DecoderOptions())
+
+    def staged_call(data: bytes) -> Any:
+        staged.release()
+        return staged.decode([data], [True])
+
+    rows.append(_timed("GpuDecoder", staged_call, stream.synchronize, jpegs, args.calls, gap))
+    staged.close()
+    executor = make_executor()
+    steps: dict[str, list[float]] = {}
+
+    def executor_call(data: bytes) -> Any:
+        result = executor.run([data])
+        for key, value in result.timings.items():
+            steps.setdefault(key, []).append(value)
+        return result
+
+    row = _timed("GpuExecutor", executor_call, lambda: None, jpegs, args.calls, gap)
+    row["steps_p50_ms"] = {k: round(statistics.median(v) * 1e3, 3) for k, v in steps.items()}
+    log.info("GpuExecutor steps: %s", row["steps_p50_ms"])
+    rows.append(row)
+    executor.close()
+    stream.synchronize()
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="JSON rows")
     parser.add_argument("--calls", type=int, default=300)
-    parser.add_argument("--backends", default="hw_gpu_only,gpu_only,hybrid_cpu_gpu")
+    parser.add_argument("--gaps-ms", default="0,3", help="comma list: asleep before each call, ms")
+    parser.add_argument("--backends", default="hw_gpu_only,hybrid_cpu_gpu")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
     import cupy as cp
 
-    from tritonprep.decode.nvimgcodec import import_nvimgcodec, make_decoder
+    from tritonprep.decode.nvimgcodec import import_nvimgcodec
     from tritonprep_testkit.photos import make_jpegs
 
     nv = import_nvimgcodec()
     jpegs = make_jpegs(500, 375, 8)  # the harness's 500x375 q90 photos
     params = nv.DecodeParams(apply_exif_orientation=True, color_spec=nv.ColorSpec.SRGB, allow_any_depth=False)
-    stream = cp.cuda.Stream(non_blocking=True)
     rows = []
-    for name in args.backends.split(","):
-        kinds = (getattr(nv.BackendKind, name.upper()),)
-        decoder = make_decoder(nv, 0, kinds, ":fancy_upsampling=1", 1)
-        for calls in (20, args.calls):  # the first round warms the decoder up
-            host, total = [], []
-            for i in range(calls):
-                code = nv.CodeStream(jpegs[i % len(jpegs)])
-                t0 = time.perf_counter()
-                img = decoder.decode([code], params=params, cuda_stream=stream.ptr)[0]
-                t1 = time.perf_counter()
-                stream.synchronize()
-                t2 = time.perf_counter()
-                if img is None:
-                    raise SystemExit(f"{name}: did not decode the photo")
-                host.append(t1 - t0)
-                total.append(t2 - t0)
-        row = {
-            "backend": name,
-            "calls": args.calls,
-            "call_p50_ms": round(statistics.median(host) * 1e3, 3),
-            "with_sync_p50_ms": round(statistics.median(total) * 1e3, 3),
-            "with_sync_p90_ms": round(sorted(total)[int(0.9 * len(total))] * 1e3, 3),
-        }
-        log.info(json.dumps(row))
-        rows.append(row)
-        del decoder
+    for gap in (float(g) / 1e3 for g in args.gaps_ms.split(",")):
+        rows += _rows_at(gap, args, nv, cp, jpegs, params)
     args.out.write_text(json.dumps(rows, indent=1) + "\n")
 
 
