@@ -49,7 +49,12 @@ def test_load_network_warms_the_embedder_before_it_reports_the_load(monkeypatch)
     monkeypatch.setattr(networks, "load_runtime", lambda *a, **k: runtime)
     monkeypatch.setattr(networks, "report_loaded", lambda args, **k: reported.append(dict(k["timings"])))
     config = {"max_batch_size": 256, "input": [{"dims": [224, 224, 3]}], "parameters": {}}
-    args = {"model_instance_device_id": "0", "model_instance_kind": "GPU"}
+    args = {
+        "model_name": "embedder",
+        "model_instance_name": "embedder_0_0",
+        "model_instance_device_id": "0",
+        "model_instance_kind": "GPU",
+    }
     assert networks.load_network(args, config, None, embeddings=np.dtype(np.float16)) is runtime
     assert runtime.batches == [((1, 224, 224, 3), np.float32)]
     assert "embed_warm" in reported[0]  # the load's report includes the warm-up
