@@ -18,8 +18,11 @@ It answers "where does a lone image's time go below Triton", not a throughput qu
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import json
 import logging
+import pstats
 import statistics
 import time
 from collections.abc import Callable
@@ -56,6 +59,30 @@ def _timed(name: str, call: Callable[[bytes], Any], sync: Callable[[], None], jp
     }
     log.info(json.dumps(row))
     return row
+
+
+def _time_parts(executor: Any, steps: dict[str, list[float]]) -> None:
+    """Time the executor's own parts (its checks, the decoder's call, the resize kernel's launch) in ``steps``."""
+    import tritonprep.kernels.launch as launch
+
+    def timing(name: str, call: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*a: Any, **kw: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return call(*a, **kw)
+            finally:
+                steps.setdefault(name, []).append(time.perf_counter() - t0)
+
+        return timed
+
+    executor._check = timing("check_s", executor._check)
+    executor.decoder.decode = timing("decoder_call_s", executor.decoder.decode)
+    executor.decoder.release = timing("decoder_release_s", executor.decoder.release)
+    launch.resize_normalize = timing("kernel_launch_s", launch.resize_normalize)
+    try:
+        executor.stream.synchronize = timing("synchronize_s", executor.stream.synchronize)
+    except AttributeError:  # a CuPy stream without an instance dict: total_s - the rest says it
+        log.info("the stream's synchronize is not timed on its own")
 
 
 def _rows_at(gap: float, args: argparse.Namespace, nv: Any, cp: Any, jpegs: list[bytes], params: Any) -> list[dict]:
@@ -98,6 +125,7 @@ def _rows_at(gap: float, args: argparse.Namespace, nv: Any, cp: Any, jpegs: list
     staged.close()
     executor = make_executor()
     steps: dict[str, list[float]] = {}
+    _time_parts(executor, steps)
 
     def executor_call(data: bytes) -> Any:
         result = executor.run([data])
@@ -108,6 +136,17 @@ def _rows_at(gap: float, args: argparse.Namespace, nv: Any, cp: Any, jpegs: list
     row = _timed("GpuExecutor", executor_call, lambda: None, jpegs, args.calls, gap)
     row["steps_p50_ms"] = {k: round(statistics.median(v) * 1e3, 3) for k, v in steps.items()}
     log.info("GpuExecutor steps: %s", row["steps_p50_ms"])
+    if args.profile:
+        profiler = cProfile.Profile()
+        profiler.enable()
+        _timed("GpuExecutor, profiled", executor_call, lambda: None, jpegs, args.calls, gap)
+        profiler.disable()
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
+        with args.profile.open("a") as f:
+            f.write(
+                f"## GpuExecutor, {gap * 1e3:.1f} ms asleep before each call, {args.calls} calls\n{text.getvalue()}\n"
+            )
     rows.append(row)
     executor.close()
     stream.synchronize()
@@ -120,6 +159,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--gaps-ms", default="0,3", help="comma list: asleep before each call, ms")
     parser.add_argument("--backends", default="hw_gpu_only,hybrid_cpu_gpu")
+    parser.add_argument("--profile", type=Path, help="also cProfile the GpuExecutor row's calls into this file")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
