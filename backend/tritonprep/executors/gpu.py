@@ -55,11 +55,11 @@ from ..decode.failures import FailureLog
 from ..decode.nvimgcodec import DecodedImage, GpuDecoder
 from ..decode.pillow import decode_rgb
 from ..errors import ImageError, ResourceExhausted, RuntimeUnavailable
-from ..geometry import check_resizable, plan_resize
-from ..kernels.layout import ImageMeta, pack
+from ..geometry import check_resizable
 from ..memory import CUDA_CONTEXT_MB, instance_budget_mb, working_mb
 from ..spec import OutputSpec, PreprocessConfig
 from .base import BatchResult, ImageInfo, Wanted, as_config, resolve_wanted
+from .resize import ArgumentStaging, resize_into
 
 log = logging.getLogger(__name__)
 
@@ -95,31 +95,6 @@ class _Decoded:
     #: decoded images and upload buffers: released only after the kernels have read them
     keep_alive: list[Any] = field(default_factory=list)
     decoded_by: dict[str, int] = field(default_factory=lambda: {"gpu_hw": 0, "gpu_cuda": 0, "cpu_fallback": 0})
-
-
-def resize_into(spec: OutputSpec, sources: Mapping[int, tuple[int, int, int, int]], out: Any, stream: Any) -> None:
-    """Run the kernel for ``spec`` over decoded images: ``sources[slot] = (device pointer, width, height,
-    row pitch)`` of an upright RGB uint8 image whose output goes to ``out[slot]``; one launch on ``stream``."""
-    from ..kernels import launch
-
-    metas = []
-    for slot in sorted(sources):
-        ptr, w, h, pitch = sources[slot]
-        plan = plan_resize(spec, w, h)
-        metas.append(ImageMeta(ptr, w, h, pitch, plan.resized_w, plan.resized_h, plan.offset_x, plan.offset_y, slot))
-    ptrs, meta = pack(metas)
-    launch.resize_normalize(
-        ptrs,
-        meta,
-        out,
-        nhwc=spec.layout == "NHWC",
-        bgr=spec.channel_order == "BGR",
-        interpolation=spec.interpolation,
-        scale=spec.scale,
-        bias=spec.bias,
-        pad=float(spec.pad_value),
-        stream=stream,
-    )
 
 
 class GpuExecutor:
@@ -170,6 +145,8 @@ class GpuExecutor:
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tritonprep-gpu-cpu")
         self._pinned: Any = None
         self._in_flight_staging: Any = None
+        #: the kernels' arguments on their way to the GPU (written after the last call's work was waited for)
+        self._arguments = ArgumentStaging()
         #: what the last unsynchronized call's GPU work still reads (its decoded images, its upload), kept until
         #: the stream is synchronized; None when nothing is pending
         self._pending: list[Any] | None = None
@@ -312,7 +289,9 @@ class GpuExecutor:
 
     def _free_failed_attempt(self) -> None:
         """After a run out of GPU memory: its arrays back to the pool (the collector breaks their frames' cycles with
-        the exception), then the cached blocks to the driver, so that a retry (here, or per request) starts clean."""
+        the exception), then the cached blocks to the driver, so that a retry (here, or per request) starts clean.
+        The stream is waited for first: the attempt's uploads may still read the staging buffers the retry writes."""
+        self.stream.synchronize()
         gc.collect()
         self._release_pools()
 
@@ -423,17 +402,18 @@ class GpuExecutor:
 
     def _launch(self, wanted: Mapping[str, list[int]], sources: Mapping[int, tuple[int, int, int, int]]) -> dict:
         """One kernel launch per wanted output, over the images it is wanted for (a failed image's row stays
-        unwritten); returns the output batches."""
+        unwritten), its arguments through this executor's pinned staging; returns the output batches."""
         outputs = {}
         specs = self.config.specs
-        for name, rows in wanted.items():
+        rows_in = {n: {row: sources[i] for row, i in enumerate(rows) if i in sources} for n, rows in wanted.items()}
+        parts = self._arguments.parts([self._kernels.argument_bytes(len(r)) for r in rows_in.values()])
+        for (name, rows), staging in zip(wanted.items(), parts):
             out_spec, n = specs[name], len(rows)
             # allocate in steps of 16 images: a handful of sizes recur, so CuPy's pool reuses them
             # instead of caching a block of every batch size ever seen
             shape = (-(-max(n, 1) // 16) * 16,) + out_spec.output_shape
             outputs[name] = self.cp.empty(shape, dtype=out_spec.numpy_dtype)[:n]
-            rows_in = {row: sources[i] for row, i in enumerate(rows) if i in sources}
-            resize_into(out_spec, rows_in, outputs[name], self.stream)
+            resize_into(out_spec, rows_in[name], outputs[name], self.stream, staging)
         return outputs
 
     def _settled(self) -> None:
@@ -486,6 +466,7 @@ class GpuExecutor:
                 log.info("GPU executor on device %d: idle in %.2f s", self.device.id, time.perf_counter() - t0)
             else:
                 self._pinned = self._in_flight_staging = None
+                self._arguments.release()
                 try:
                     self._release_pools()
                 except cuda_errors as e:

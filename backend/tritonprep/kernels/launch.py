@@ -55,6 +55,7 @@ def resize_normalize(
     bias: Sequence[float],
     pad: float,
     stream: cupy.cuda.Stream,
+    staging: np.ndarray | None = None,
 ) -> None:
     """Resize, crop or pad, normalize and lay out every image described by ``ptrs``/``meta`` into ``out``.
 
@@ -62,6 +63,10 @@ def resize_normalize(
     a C-contiguous float32 or float16 batch of shape ``(n, 3, H, W)`` (or ``(n, H, W, 3)`` with
     ``nhwc``) whose slots the metadata rows name; ``out = pixel * scale + bias`` per channel
     (RGB order), ``pad`` is the pixel value outside the resized image.
+
+    ``staging``: pinned host memory of at least :func:`argument_bytes` bytes that the caller does not write
+    again before ``stream`` has passed this launch. The pointers and metadata then reach the GPU by an
+    asynchronous copy from it, and the host goes on at once (without it, CuPy stages them itself).
     """
     n = len(ptrs)
     if n == 0:
@@ -78,11 +83,18 @@ def resize_normalize(
     kernel = _resize_normalize_kernel(out.dtype == np.float16, nhwc, bgr, FILTERS[interpolation])
     f32 = np.float32
     # the pointers and the metadata rows travel in one upload (one copy instead of two per call)
-    host = np.empty(8 * n + meta.nbytes, np.uint8)
+    nbytes = argument_bytes(n)
+    if staging is not None and staging.nbytes < nbytes:
+        raise ValueError(f"the staging buffer holds {staging.nbytes} bytes; {n} image(s) need {nbytes}")
+    host = np.empty(nbytes, np.uint8) if staging is None else staging.reshape(-1).view(np.uint8)[:nbytes]
     host[: 8 * n] = np.ascontiguousarray(ptrs, np.uint64).view(np.uint8)
     host[8 * n :] = np.ascontiguousarray(meta).view(np.uint8).ravel()
     with stream:
-        args = cupy.asarray(host)
+        if staging is None:
+            args = cupy.asarray(host)
+        else:
+            args = cupy.empty(nbytes, np.uint8)
+            args.set(host, stream=stream)
         d_ptrs = args[: 8 * n].view(np.uint64)
         d_meta = args[8 * n :].view(np.int32)
         pixels = out_h * out_w
@@ -100,6 +112,11 @@ def resize_normalize(
                 f32(pad),
             ),
         )
+
+
+def argument_bytes(images: int) -> int:
+    """The bytes of :func:`resize_normalize`'s arguments for ``images`` images (a pointer and a metadata row each)."""
+    return images * (8 + 4 * len(META_FIELDS))
 
 
 #: threads per block of the softmax/top-k kernel (one block per row of logits)
