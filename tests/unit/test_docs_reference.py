@@ -78,6 +78,7 @@ def code_parameters() -> dict[str, dict[str, str | None]]:
     """``{section of docs/configuration.md: {parameter: default or None}}`` from the code."""
     from tritonprep.classifier import labels
     from tritonprep.classifier.runtimes import RUNTIME_PARAMETERS
+    from tritonprep.parameters import MPS_PARAMETERS
     from tritonprep.pipeline.fused import DEFAULT_NETWORK, NETWORK_PREFIX
     from tritonprep.spec import PARAMETERS
     from tritonprep.triton import turns
@@ -90,6 +91,7 @@ def code_parameters() -> dict[str, dict[str, str | None]]:
             **PYTHON_BACKEND_PARAMETERS,
             turns.PARAMETER: turns.DEFAULT,
             labels.PARAMETER: None,  # none: the class index, described in words
+            **dict.fromkeys(MPS_PARAMETERS, "0"),  # read by the network models before their CUDA context
         },
         "classify_fused": {NETWORK_PREFIX + "model": DEFAULT_NETWORK},
         "Benchmark models": read_by_model_files(),
