@@ -66,7 +66,7 @@ def environment(cp) -> list[str]:
 
 def resize_section(cp, photos: dict[str, np.ndarray]) -> list[str]:
     from tritonprep.executors.cpu import normalize_window, resize_pil
-    from tritonprep.executors.gpu import resize_into
+    from tritonprep.executors.resize import resize_into
     from tritonprep.geometry import plan_resize
     from tritonprep.spec import OutputSpec
 
@@ -214,7 +214,8 @@ def timed(fn, reps: int) -> float:
 
 def throughput_section(cp, nv) -> list[str]:
     from tritonprep.decode import validate
-    from tritonprep.executors.gpu import GpuExecutor, resize_into
+    from tritonprep.executors.gpu import GpuExecutor
+    from tritonprep.executors.resize import resize_into
     from tritonprep.spec import OutputSpec, PreprocessConfig
 
     jpegs = bench_images.make_jpegs(500, 375, 256, seed=1)

@@ -57,7 +57,7 @@ def read_int(name: str, text: str) -> int:
 def read_whole(name: str, text: str) -> int:
     """A whole number (0 or more); empty text is 0."""
     value = text.strip() or "0"
-    if not value.isdigit():
+    if not value.isdecimal():
         raise ConfigError(f"parameter {name!r} must be a whole number (0 or more), got {text!r}")
     return int(value)
 
@@ -150,19 +150,17 @@ def check_mps_client(sm_share: int, priority: int) -> None:
         raise ConfigError(f"mps_client_priority must be 0 (normal) or 1 (below normal), got {priority}")
 
 
-def mps_client_parameters(params: Mapping[str, Any], model: str) -> tuple[int, int]:
+def mps_client_parameters(params: Mapping[str, Any]) -> tuple[int, int]:
     """``(sm_share, priority)`` for :func:`tritonprep.cuda.set_mps_client` from a network model's config parameters
-    (:data:`MPS_PARAMETERS`; absent: 0, the server's environment decides); a bad value is a
-    :class:`~tritonprep.errors.ConfigError` naming ``model``."""
+    (:data:`MPS_PARAMETERS`; absent: 0, the server's environment decides); a bad value is a :class:`ConfigError`
+    naming the parameter (the model's load prefixes the model's name)."""
     values = []
     for name in MPS_PARAMETERS:
         text = str(params.get(name, "0")).strip() or "0"
-        if not text.isdigit():
-            raise ConfigError(f"{model}: parameter {name} must be a whole number, got {text!r}")
-        values.append(int(text))
+        try:
+            values.append(int(text))
+        except ValueError:
+            raise ConfigError(f"parameter {name} must be a whole number, got {text!r}") from None
     share, priority = values
-    try:
-        check_mps_client(share, priority)
-    except ConfigError as e:
-        raise ConfigError(f"{model}: {e}") from None
+    check_mps_client(share, priority)
     return share, priority

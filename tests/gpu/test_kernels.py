@@ -14,7 +14,7 @@ from tritonprep_testkit.compare import agreement
 
 def gpu_preprocess(cp, spec: OutputSpec, arrays: list[np.ndarray]) -> np.ndarray:
     """Upload uint8 RGB arrays and run the kernel on all of them in one launch."""
-    from tritonprep.executors.gpu import resize_into
+    from tritonprep.executors.resize import resize_into
 
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:

@@ -177,15 +177,16 @@ def test_an_mps_share_and_priority_are_set_for_the_next_context_and_zero_leaves_
 def test_a_network_models_mps_parameters_are_read_and_checked_as_preprocess_does():
     from tritonprep.parameters import mps_client_parameters
 
-    assert mps_client_parameters({}, "classifier") == (0, 0)
-    assert mps_client_parameters({"mps_client_priority": "1", "batch_buckets": "8,64"}, "classifier") == (0, 1)
-    assert mps_client_parameters({"mps_active_thread_percentage": " 60 "}, "embedder") == (60, 0)
-    with pytest.raises(ConfigError, match=r"^classifier: mps_client_priority must be 0 \(normal\) or 1"):
-        mps_client_parameters({"mps_client_priority": "2"}, "classifier")
-    with pytest.raises(ConfigError, match=r"^embedder: mps_active_thread_percentage must be 1..100"):
-        mps_client_parameters({"mps_active_thread_percentage": "101"}, "embedder")
-    with pytest.raises(ConfigError, match="parameter mps_client_priority must be a whole number, got 'low'"):
-        mps_client_parameters({"mps_client_priority": "low"}, "classifier")
+    assert mps_client_parameters({}) == (0, 0)
+    assert mps_client_parameters({"mps_client_priority": "1", "batch_buckets": "8,64"}) == (0, 1)
+    assert mps_client_parameters({"mps_active_thread_percentage": " 60 "}) == (60, 0)
+    with pytest.raises(ConfigError, match=r"^mps_client_priority must be 0 \(normal\) or 1 \(below normal\), got 2$"):
+        mps_client_parameters({"mps_client_priority": "2"})
+    with pytest.raises(ConfigError, match=r"^mps_active_thread_percentage must be 1..100 \(or 0: no limit\), got -1$"):
+        mps_client_parameters({"mps_active_thread_percentage": "-1"})
+    for text in ("low", "\u00b2"):  # a word; a character isdigit() takes and int() does not
+        with pytest.raises(ConfigError, match="parameter mps_client_priority must be a whole number"):
+            mps_client_parameters({"mps_client_priority": text})
 
 
 def test_a_sticky_error_at_teardown_marks_its_gpu_poisoned_and_another_does_not(monkeypatch):

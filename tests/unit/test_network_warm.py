@@ -1,12 +1,16 @@
 """A network model's load warms the GPU work of its first requests (tritonprep.pipeline.networks): the embedder's
 unit-length step runs once on an image of zeros while the model loads, so that CuPy's kernels are compiled before
-the server is ready, not behind the first requests' queue timeouts. The runtime here is a stand-in (no GPU)."""
+the server is ready, not behind the first requests' queue timeouts. A GPU instance becomes the MPS client its config
+asks for before its runtime loads. The runtime here is a stand-in (no GPU)."""
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
 
+from tritonprep.errors import ConfigError
 from tritonprep.pipeline import networks
 
 
@@ -58,3 +62,33 @@ def test_load_network_warms_the_embedder_before_it_reports_the_load(monkeypatch)
     assert networks.load_network(args, config, None, embeddings=np.dtype(np.float16)) is runtime
     assert runtime.batches == [((1, 224, 224, 3), np.float32)]
     assert "embed_warm" in reported[0]  # the load's report includes the warm-up
+
+
+def test_load_network_makes_a_gpu_instance_an_mps_client_before_its_runtime_loads(monkeypatch):
+    from tritonprep.cuda import MPS_PRIORITY_ENV, MPS_THREADS_ENV
+
+    monkeypatch.delenv(MPS_PRIORITY_ENV, raising=False)
+    monkeypatch.setenv(MPS_THREADS_ENV, "75")  # the server's own: a model that sets none keeps it
+    seen: list[tuple] = []
+
+    def load_runtime(*a, **k):  # where the runtime would create its CUDA context
+        seen.append((os.environ.get(MPS_PRIORITY_ENV), os.environ.get(MPS_THREADS_ENV), k["options"]))
+        return Runtime(on_gpu=True)
+
+    monkeypatch.setattr(networks, "load_runtime", load_runtime)
+    monkeypatch.setattr(networks, "report_loaded", lambda args, **k: None)
+    params = {"mps_client_priority": {"string_value": "1"}, "batch_buckets": {"string_value": "8,64"}}
+    config = {"max_batch_size": 64, "input": [{"dims": [224, 224, 3]}], "parameters": params}
+    args = {
+        "model_name": "classifier",
+        "model_instance_name": "classifier_0_0",
+        "model_instance_device_id": "0",
+        "model_instance_kind": "GPU",
+    }
+    networks.load_network(args, config, None)
+    ((priority, share, options),) = seen
+    assert (priority, share) == ("1", "75")  # set before the load; the unset share left as the server's
+    assert options.batch_buckets == (8, 64)  # the MPS parameters are the model's, not the runtime's
+    bad = {**config, "parameters": {"mps_client_priority": {"string_value": "2"}}}
+    with pytest.raises(ConfigError, match="mps_client_priority must be 0"):
+        networks.load_network(args, bad, None)

@@ -63,6 +63,9 @@ class ArgumentStaging:
 
     :meth:`parts` hands out one part per launch of a call. Its caller must have waited for the last call's work on
     the stream first (the copies out of the old parts are asynchronous); the buffer grows then, and only then.
+    The GPU executor does: a call waits for its stream before it returns, or the next call waits first
+    (``run(synchronize=False)``), a retry after running out of memory waits, and any other failure of a call runs
+    the fault guard's probe, which waits for the stream.
     """
 
     def __init__(self) -> None:
@@ -72,9 +75,9 @@ class ArgumentStaging:
         """Disjoint pinned parts of ``sizes`` bytes, in order."""
         total = sum(sizes)
         if self._buffer is None or self._buffer.nbytes < total:
+            import_cupy()  # the install hint where CuPy is missing
             import cupyx
 
-            import_cupy()
             self._buffer = cupyx.empty_pinned((max(MIN_STAGING_BYTES, 1 << (total - 1).bit_length()),), np.uint8)
         parts, start = [], 0
         for size in sizes:

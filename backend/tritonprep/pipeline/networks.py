@@ -70,14 +70,14 @@ def load_network(
     max_batch = int(config["max_batch_size"])
     params = parameters(config)
     on_gpu = args["model_instance_kind"] == "GPU"
+    share, priority = mps_client_parameters(params)  # checked on any instance: a bad value fails every load alike
     if on_gpu:  # before anything creates this process's CUDA context
-        share, priority = mps_client_parameters(params, args["model_name"])
         set_mps_client(share, priority)
         if share or priority:
             log.info(
-                "%s: an MPS client with %s of the SMs, priority %s",
+                "%s: an MPS client with %s, priority %s",
                 args["model_instance_name"],
-                f"{share} %" if share else "all",
+                f"{share} % of the SMs" if share else "the server's share of the SMs",
                 "below normal" if priority else "normal",
             )
     skip = {*model_parameters, *MPS_PARAMETERS}
