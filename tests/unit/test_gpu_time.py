@@ -181,6 +181,10 @@ def test_classifier_parameter_axis_serves_one_copy_per_value() -> None:
         parameter_axis(argparse.Namespace(classifier_parameter="preprocess:batch_buckets=1"))
     decoder = argparse.Namespace(classifier_parameter="preprocess:hw_decoder=shipped,false")  # left at its default
     assert parameter_axis(decoder) == ("preprocess:hw_decoder", ["shipped", "false"])
+    priority = argparse.Namespace(classifier_parameter="mps_client_priority=shipped,1")  # the network's, undeclared
+    assert parameter_axis(priority) == ("mps_client_priority", ["shipped", "1"])
+    with pytest.raises(ValueError, match="the classify_fused's GPU config declares no parameter 'mps_client_priority'"):
+        parameter_axis(argparse.Namespace(classifier_parameter="classify_fused:mps_client_priority=1"))
 
 
 def test_classifier_parameters_joined_by_semicolons_vary_together(tmp_path) -> None:
@@ -217,6 +221,12 @@ def test_classifier_parameter_reaches_classify_fused_network_too(tmp_path) -> No
         shutil.copytree(REPO / "model_repository" / model, tmp_path / model, symlinks=True,
                         ignore=shutil.ignore_patterns("*.onnx*", "1"))  # fmt: skip
     assert set_parameter(tmp_path, "fuse_conv_bias", "true") == ["classifier", "classify_fused"]
+    assert set_parameter(tmp_path, "mps_client_priority", "1") == ["classifier"]  # added: the classifier's alone
+    assert (
+        'key: "mps_client_priority" value: { string_value: "1" }'
+        in (tmp_path / "classifier" / "configs" / "gpu.pbtxt").read_text()
+    )
+    assert "mps_client_priority" not in (tmp_path / "classify_fused" / "configs" / "gpu.pbtxt").read_text()
     assert 'key: "fuse_conv_bias" value: { string_value: "true" }' in (tmp_path / "classifier/config.pbtxt").read_text()
     fused = (tmp_path / "classify_fused" / "configs" / "gpu.pbtxt").read_text()
     assert 'key: "network.fuse_conv_bias" value: { string_value: "true" }' in fused

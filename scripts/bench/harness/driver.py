@@ -117,7 +117,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="instances phase: KEY=shipped,VALUE,... one more parameter of the classifier's configs, e.g. "
         "fuse_conv_bias=shipped,true or batch_buckets=shipped,1+64 (+ for a value's own commas, empty for the empty "
         "string; another axis); "
-        "MODEL:KEY for another model's, e.g. preprocess:hw_decoder=shipped,false (any preprocess parameter)",
+        "MODEL:KEY for another model's, e.g. preprocess:hw_decoder=shipped,false (any preprocess parameter; any of "
+        "the classifier's runtime and MPS parameters, e.g. mps_client_priority=shipped,1, declared or not)",
     )
     parser.add_argument(
         "--mps-threads",

@@ -31,7 +31,9 @@ import logging
 import re
 from pathlib import Path
 
+from tritonprep.classifier.runtimes import RUNTIME_PARAMETERS
 from tritonprep.cuda import MPS_THREADS_ENV
+from tritonprep.parameters import MPS_PARAMETERS
 from tritonprep.spec.table import TABLE as PREPROCESS_TABLE
 
 from ..repos import (
@@ -48,6 +50,9 @@ from ..serving import BENCH_OPTIONS
 from ..settings import Setting, instance_grid, instances_label, parse_instances, parse_percentages
 
 log = logging.getLogger("harness")
+
+#: the network models' runtime parameters, which their configs may leave at their defaults
+RUNTIME_TABLE = frozenset(p.name for p in RUNTIME_PARAMETERS)
 
 #: (images per request, concurrencies) measured on each combination: throughput at 8 and 32 images/request; one
 #: image at c=16, where the network's batches hold 7-63 images (what a bucket set pads), and at c=1 (latency)
@@ -165,8 +170,11 @@ def _one_parameter(part: str, given: str) -> tuple[str, list[str]]:
 
 
 def known_default(model: str, key: str) -> bool:
-    """Whether ``model``'s configs may leave ``key`` at its default (a preprocess parameter): the copy gets it."""
-    return model == "preprocess" and key in PREPROCESS_TABLE
+    """Whether ``model``'s configs may leave ``key`` at its default, so that the copy gets it: a preprocess parameter,
+    or one of a network model's (``classifier``, ``embedder``: its runtime's, or its MPS client's)."""
+    if model == "preprocess":
+        return key in PREPROCESS_TABLE
+    return model in ("", "classifier", "embedder") and (key in RUNTIME_TABLE or key in MPS_PARAMETERS)
 
 
 def set_parameter(repo: Path, key: str, value: str) -> list[str]:
@@ -184,8 +192,8 @@ def set_parameter(repo: Path, key: str, value: str) -> list[str]:
     if model:
         with_parameter(repo / model, key, value, add=known_default(model, key))
         return [model]
-    with_parameter(repo / "classifier", key, value)
-    try:
+    with_parameter(repo / "classifier", key, value, add=known_default("", key))
+    try:  # classify_fused's network where it declares the key (its MPS client is its preprocessing's)
         with_parameter(repo / "classify_fused", f"network.{key}", value)
     except ValueError:
         return ["classifier"]
