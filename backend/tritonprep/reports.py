@@ -6,6 +6,9 @@ each server start) for tritonserver and its stubs; each model instance writes in
 * ``<dir>/instances/<instance name>.json`` at the end of ``initialize`` (:func:`write_instance`):
   ``model``, ``instance``, ``pid``, ``kind``, ``device``, ``runtime``, ``buckets``, ``gpu_memory_mb``,
   ``timings`` ({phase: seconds}); the launcher's start-up summary reads them.
+* ``<dir>/server-ready`` (empty), written by the launcher once the server answers ready
+  (:func:`mark_server_ready`): work an instance defers until then (the classifier's late batch buckets, whose first
+  runs would otherwise slow the other models' start) asks :func:`server_ready`.
 * ``<dir>/faults/<pid>.json`` when an instance takes itself out of service
   (:func:`tritonprep.triton.health.fail_instance` calls :func:`write_fault`): ``instance``, ``reason``,
   ``sticky_cuda`` (a CUDA error that poisoned the process's context) and ``device`` (the GPU); the
@@ -39,6 +42,7 @@ ENV = "TRITONPREP_REPORT_DIR"
 GPUS_ENV = "TRITONPREP_GPUS"
 INSTANCES = "instances"
 FAULTS = "faults"
+SERVER_READY = "server-ready"
 #: how the executors word a sticky CUDA error: "CUDA error [<name>] on GPU <n>..." (the GPU executor, the runtimes)
 _STICKY = re.compile(r"\bCUDA error\b[^:;]*? on GPU (\d+)\b")
 #: the instance this process serves, once :func:`write_instance` ran (a stub serves one instance)
@@ -75,6 +79,22 @@ def report_dir(env: Mapping[str, str] | None = None) -> Path | None:
     """The folder named by :data:`ENV` (in ``env``, by default this process's), or None."""
     value = (os.environ if env is None else env).get(ENV)
     return Path(value) if value else None
+
+
+def mark_server_ready(folder: Path) -> None:
+    """Say in ``folder`` (a start's report folder) that its server is ready; never raises."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / SERVER_READY).touch()
+    except OSError as e:
+        log.warning("cannot mark the server ready in %s: %s", folder, e)
+
+
+def server_ready(env: Mapping[str, str] | None = None) -> bool | None:
+    """Whether the launcher said this server is ready (:func:`mark_server_ready`); None where no launcher started it
+    (no report folder): nothing will say so."""
+    folder = report_dir(env)
+    return None if folder is None else (folder / SERVER_READY).exists()
 
 
 def host_gpu(device: int | None, env: Mapping[str, str] | None = None) -> int | None:

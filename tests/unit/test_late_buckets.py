@@ -283,3 +283,42 @@ def test_a_close_whose_stop_times_out_keeps_the_stream_and_the_pool_for_the_thre
     go.set()  # the session is made after all: the thread lets it go itself
     late._thread.join(5)
     assert released == [1] and not late.running()
+
+
+def test_under_the_launcher_the_thread_waits_for_the_server_to_be_ready_first(tmp_path, monkeypatch):
+    """Late first runs beside the other models' loads made the repository ready later: the thread makes nothing until
+    the launcher has said the server is ready (its report folder's marker), and a stop while it waits ends it."""
+    from tritonprep import reports
+    from tritonprep.triton.health import server_ready_probe
+
+    monkeypatch.delenv(reports.ENV, raising=False)
+    assert server_ready_probe() is None  # no launcher: nothing will say so, the thread starts at once
+    monkeypatch.setenv(reports.ENV, str(tmp_path))
+    probe = server_ready_probe()
+    assert probe is not None and not probe()
+    made: list[int] = []
+    late = LateBuckets((1,), lambda s: made.append(s) or bucket(s), lambda b, o: None, lambda b: None, start_when=probe)
+    time.sleep(0.3)
+    assert made == [] and late.running() and not late.ready()
+    reports.mark_server_ready(tmp_path)  # what the launcher does once the server answers ready
+    wait_ready(late)
+    assert made == [1] and late.timings["late_wait"] >= 0.3
+    waiting = LateBuckets((1,), lambda s: made.append(s) or bucket(s), lambda b, o: None, lambda b: None,
+                          start_when=lambda: False)  # fmt: skip
+    t0 = time.monotonic()
+    assert waiting.stop() == [] and not waiting.running() and time.monotonic() - t0 < 1.0
+    assert made == [1]  # the stopped one made nothing
+
+
+def test_the_launcher_marks_its_start_ready_for_the_instances(tmp_path, monkeypatch):
+    from tritonprep import reports
+    from tritonprep.launcher import endpoints, process
+    from tritonprep.launcher.options import ServerOptions
+
+    server = process.EmbeddedServer(ServerOptions())
+    monkeypatch.setattr(endpoints.Endpoints, "wait_ready", lambda self, timeout_s=300.0, cancel=None: None)
+    server.wait_ready()  # no start yet: no report folder, nothing to mark
+    server._workdir = tmp_path
+    server.wait_ready()
+    assert reports.server_ready({reports.ENV: str(tmp_path / "reports")}) is True
+    assert reports.server_ready({}) is None

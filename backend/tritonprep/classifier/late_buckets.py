@@ -9,6 +9,11 @@ Once the thread has made them all, the runtime's serving thread, at its next cal
 thread is done by then), times its replay and adds it to the bucket plan (:mod:`.ort_cuda`). From that call on, a
 lone image runs on a 1 bucket, say, instead of padded into the 8 of the start.
 
+Under the launcher the thread first waits until the server is ready (``start_when``: its word in the start's report
+folder, :func:`tritonprep.reports.server_ready`), at most :data:`START_WAIT_S`: a first run beside the other models'
+loads slowed them (with fused bias, cuDNN's compile made the repository ready 3.4-5.5 s later, stage 23), while
+after the start it costs nobody a wait. Without the launcher nothing says so, and the thread starts at once.
+
 A late bucket that cannot be made is logged and left out; the network goes on with the others. Stopping asks a
 first run in progress to end (ONNX Runtime's run option ``terminate``) and waits a bounded time for the thread.
 """
@@ -25,6 +30,8 @@ log = logging.getLogger(__name__)
 
 #: how long stopping waits for the thread (a session being created cannot be interrupted), seconds
 STOP_WAIT_S = 10.0
+#: the longest the thread waits for ``start_when`` before it starts anyway (the launcher's own wait for ready), seconds
+START_WAIT_S = 300.0
 #: the words of the log line that says the thread is done: ``<what>: late bucket(s) made 1 in 2.80 s, ...``
 MADE = "late bucket(s) made"
 #: the words of the network's start line where it has late buckets (:mod:`.ort_cuda`): ``late buckets 1 made while
@@ -46,20 +53,39 @@ class LateBuckets:
         release: Callable[[Any], object],
         run_options: Any = None,
         what: str = "the network",
+        start_when: Callable[[], bool] | None = None,
     ) -> None:
+        """``start_when``: polled until True (or :data:`START_WAIT_S` passed) before the first bucket is made; None:
+        at once."""
         self.sizes = tuple(sizes)
         self.what = what
         #: seconds each late bucket took to make and run once (``late_b<N>``), and the thread's whole time
         self.timings: dict[str, float] = {}
         self._make, self._first_run, self._release = make, first_run, release
         self._options = run_options
+        self._start_when = start_when
         self._made: list[Any] = []
         self._stopping = threading.Event()
         self._taken = False
         self._thread = threading.Thread(target=self._build, name="tritonprep-late-buckets", daemon=True)
         self._thread.start()
 
+    def _wait_for_start(self) -> None:
+        """Until ``start_when`` says so, a stop, or :data:`START_WAIT_S` (then it starts anyway, and says why)."""
+        if self._start_when is None:
+            return
+        t0 = time.perf_counter()
+        while not self._stopping.is_set() and not self._start_when():
+            if time.perf_counter() - t0 > START_WAIT_S:
+                log.info(
+                    "%s: the server is not ready after %.0f s; making the late buckets now", self.what, START_WAIT_S
+                )
+                break
+            self._stopping.wait(0.1)
+        self.timings["late_wait"] = time.perf_counter() - t0
+
     def _build(self) -> None:
+        self._wait_for_start()
         start = time.perf_counter()
         for size in self.sizes:
             if self._stopping.is_set():

@@ -114,11 +114,13 @@ class OrtCudaRuntime:
         stream: Any = None,
         meanwhile: Callable[[], object] | None = None,
         late_buckets: Sequence[int] = (),
+        late_start: Callable[[], bool] | None = None,
     ) -> None:
         """``meanwhile``: the caller's other start-up work (``classify_fused``'s preprocessing warm-up), run on
         this thread while the buckets' first runs go on a thread of their own; the captures wait for both.
         ``late_buckets``: sizes made after this returns, on a thread, and used from the call after they are made
-        (:mod:`.late_buckets`); their arena caps come out of the same ``gpu_memory_mb``."""
+        (:mod:`.late_buckets`, which waits for ``late_start`` first); their arena caps come out of the same
+        ``gpu_memory_mb``."""
         t0 = time.perf_counter()
         #: seconds of each start-up phase: imports, cuda_context, session_b<N>, first_run_b<N> and capture_b<N> per
         #: bucket, measure (the buckets' replay times)
@@ -206,7 +208,9 @@ class OrtCudaRuntime:
             self._warm_up()
             if late_buckets:
                 what = f"classifier on GPU {device_id}"
-                self._late = LateBuckets(late_buckets, self._make_bucket, self._first_run, _release, self._once(), what)
+                self._late = LateBuckets(
+                    late_buckets, self._make_bucket, self._first_run, _release, self._once(), what, late_start
+                )
         except BaseException:  # the caller never gets this runtime: release what it made here
             self.close()
             raise

@@ -354,6 +354,7 @@ def load_runtime(
     stream: Any = None,
     shared_mb: int = 0,
     meanwhile: Callable[[], object] | None = None,
+    late_start: Callable[[], bool] | None = None,
 ) -> Runtime:
     """Load the classifier on the best runtime available for the instance.
 
@@ -364,7 +365,8 @@ def load_runtime(
     what else the instance holds of its ``gpu_memory_mb`` (``classify_fused``'s preprocessing);
     ``meanwhile``: the caller's other start-up work, run once: ONNX Runtime's CUDA EP runs it while its buckets'
     first runs go on a thread of their own (:class:`OrtCudaRuntime`), the other runtimes before they load (TensorRT
-    only where its package is there: otherwise the overlap with ONNX Runtime would be lost).
+    only where its package is there: otherwise the overlap with ONNX Runtime would be lost); ``late_start``: what
+    ONNX Runtime's late buckets wait for before they are made (:mod:`.late_buckets`; None: nothing).
     """
     options = options or RuntimeOptions.from_parameters({}, max_batch)
     meanwhile = _once(meanwhile) if meanwhile is not None else None
@@ -417,6 +419,7 @@ def load_runtime(
                     stream=stream,
                     meanwhile=meanwhile,
                     late_buckets=options.late_batch_buckets,
+                    late_start=late_start,
                 )
             except RuntimeUnavailable as e:
                 log.warning("classifier on a GPU instance runs on the CPU: %s", e)

@@ -108,6 +108,13 @@ class EmbeddedServer(Endpoints):
         """Where the instances of the running start leave their reports (:mod:`tritonprep.reports`)."""
         return None if self._workdir is None else self._workdir / "reports"
 
+    def wait_ready(self, timeout_s: float = 300.0, cancel: threading.Event | None = None) -> None:
+        """:meth:`Endpoints.wait_ready`, then tell the start's instances (:func:`tritonprep.reports.mark_server_ready`):
+        what they defer until the server is ready (late batch buckets) starts now."""
+        super().wait_ready(timeout_s, cancel)
+        if self.report_dir is not None:
+            reports.mark_server_ready(self.report_dir)
+
     # ------------------------------------------------------------------ lifecycle
     def command(self, backend_dir: Path, repository: Path | None = None) -> list[str]:
         """The tritonserver command line (on ``repository``, by default the options' own)."""

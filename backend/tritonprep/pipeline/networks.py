@@ -34,7 +34,7 @@ from ..classifier.postprocess import TopK
 from ..classifier.runtimes import Runtime, RuntimeOptions, load_runtime
 from ..cuda import set_mps_client
 from ..parameters import MPS_PARAMETERS, mps_client_parameters
-from ..triton.health import report_loaded
+from ..triton.health import report_loaded, server_ready_probe
 from ..triton.isolation import RequestIsolation, row_batched
 from ..triton.pb import model_config, output_dims, parameters
 from ..triton.profiling import PhaseTimer
@@ -91,6 +91,7 @@ def load_network(
         device_id=int(args["model_instance_device_id"]),
         use_gpu=on_gpu,
         max_batch=max_batch,
+        late_start=server_ready_probe(),  # late buckets after the repository's start, not beside it
     )
     try:
         warm_top_k(top_k, runtime, dims)

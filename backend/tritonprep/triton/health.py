@@ -9,7 +9,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .. import reports
@@ -21,6 +21,14 @@ _failure: str | None = None
 _failure_lock = threading.Lock()
 #: exit status of a stub taken out of service by fail_instance (EX_SOFTWARE)
 FAILED_INSTANCE_EXIT_CODE = 70
+
+
+def server_ready_probe() -> Callable[[], bool] | None:
+    """What work deferred until the server is ready polls (the classifier's late buckets): the launcher's word in the
+    start's report folder (:func:`tritonprep.reports.server_ready`); None where no launcher started the server."""
+    if reports.server_ready() is None:
+        return None
+    return lambda: bool(reports.server_ready())
 
 
 def report_loaded(
