@@ -129,9 +129,9 @@ RUNTIME_PARAMETERS: tuple[Parameter, ...] = (
         "late_batch_buckets",
         read_ints(),
         "",
-        "GPU runtime: batch sizes below the largest of batch_buckets whose sessions are made after the model has "
-        "loaded, on a thread while it serves, and used once made (a lone image on a 1 bucket: less latency without "
-        "a later ready); their memory comes out of the same gpu_memory_mb",
+        "GPU runtime: batch sizes below the largest of batch_buckets whose sessions are made on a thread while the "
+        "model serves (under the launcher once the server is ready), and used once made (a lone image on a 1 "
+        "bucket: less latency without a later ready); their memory comes out of the same gpu_memory_mb",
     ),
     Parameter(
         "gpu_memory_mb",
