@@ -83,8 +83,8 @@ def report_dir(env: Mapping[str, str] | None = None) -> Path | None:
 
 def mark_server_ready(folder: Path) -> None:
     """Say in ``folder`` (a start's report folder) that its server is ready; never raises."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
+    try:  # the start's own folder only: one removed by a stop meanwhile is not made again (nothing would remove it)
+        folder.mkdir(exist_ok=True)
         (folder / SERVER_READY).touch()
     except OSError as e:
         log.warning("cannot mark the server ready in %s: %s", folder, e)

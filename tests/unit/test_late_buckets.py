@@ -322,3 +322,15 @@ def test_the_launcher_marks_its_start_ready_for_the_instances(tmp_path, monkeypa
     server.wait_ready()
     assert reports.server_ready({reports.ENV: str(tmp_path / "reports")}) is True
     assert reports.server_ready({}) is None
+
+
+def test_a_ready_check_that_fails_does_not_keep_the_late_buckets_from_being_made(caplog):
+    def broken() -> bool:
+        raise PermissionError("report folder unreadable")
+
+    made: list[int] = []
+    with caplog.at_level(logging.WARNING):
+        late = LateBuckets((1,), lambda s: made.append(s) or bucket(s), lambda b, o: None, lambda b: None,
+                           what="the classifier", start_when=broken)  # fmt: skip
+        wait_ready(late)
+    assert made == [1] and "cannot tell whether the server is ready (report folder unreadable)" in caplog.text

@@ -92,3 +92,22 @@ def test_load_network_makes_a_gpu_instance_an_mps_client_before_its_runtime_load
     bad = {**config, "parameters": {"mps_client_priority": {"string_value": "2"}}}
     with pytest.raises(ConfigError, match="mps_client_priority must be 0"):
         networks.load_network(args, bad, None)
+
+
+def test_load_network_hands_the_runtime_the_servers_ready_mark_to_wait_for(tmp_path, monkeypatch):
+    """Under the launcher the late buckets wait for the server's ready mark; without it, for nothing."""
+    from tritonprep import reports
+
+    given: list = []
+    monkeypatch.setattr(networks, "load_runtime", lambda *a, **k: given.append(k["late_start"]) or Runtime(True))
+    monkeypatch.setattr(networks, "report_loaded", lambda args, **k: None)
+    config = {"max_batch_size": 64, "input": [{"dims": [224, 224, 3]}], "parameters": {}}
+    args = {"model_name": "classifier", "model_instance_name": "classifier_0_0", "model_instance_device_id": "0",
+            "model_instance_kind": "GPU"}  # fmt: skip
+    monkeypatch.delenv(reports.ENV, raising=False)
+    networks.load_network(args, config, None)
+    monkeypatch.setenv(reports.ENV, str(tmp_path))
+    networks.load_network(args, config, None)
+    assert given[0] is None and callable(given[1]) and not given[1]()
+    reports.mark_server_ready(tmp_path)
+    assert given[1]()

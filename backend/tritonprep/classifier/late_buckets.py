@@ -75,9 +75,17 @@ class LateBuckets:
         if self._start_when is None:
             return
         t0 = time.perf_counter()
-        while not self._stopping.is_set() and not self._start_when():
+        while not self._stopping.is_set():
+            try:
+                if self._start_when():
+                    break
+            except Exception as e:  # noqa: BLE001 - the buckets are made all the same: the wait only orders them
+                log.warning(
+                    "%s: cannot tell whether the server is ready (%s); making the late buckets now", self.what, e
+                )
+                break
             if time.perf_counter() - t0 > START_WAIT_S:
-                log.info(
+                log.warning(
                     "%s: the server is not ready after %.0f s; making the late buckets now", self.what, START_WAIT_S
                 )
                 break

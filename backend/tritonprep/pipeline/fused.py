@@ -48,7 +48,7 @@ from ..classifier.runtimes import RuntimeOptions, load_runtime
 from ..errors import ConfigError
 from ..memory import CUDA_CONTEXT_MB, PARAMETER, instance_budget_mb
 from ..spec import PreprocessConfig
-from ..triton.health import report_loaded
+from ..triton.health import report_loaded, server_ready_probe
 from ..triton.isolation import RequestIsolation, row_batched
 from ..triton.pb import model_config, parameters
 from ..triton.preprocess import Preprocessed, PreprocessStage, RequestImages
@@ -125,6 +125,7 @@ class FusedClassifyModel:
                 stream=getattr(self.prep.executor, "stream", None),  # the GPU executor's: one stream for the job
                 shared_mb=prep_share,
                 meanwhile=self.prep.warm_up,
+                late_start=server_ready_probe(),  # its late buckets (network.late_batch_buckets) after the start
             )
             self.top_k.check_classes(network_classes(self.runtime, spec.output_shape))
             warm_top_k(self.top_k, self.runtime, spec.output_shape)
