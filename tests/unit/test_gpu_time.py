@@ -230,6 +230,9 @@ def test_classifier_parameter_reaches_classify_fused_network_too(tmp_path) -> No
     assert 'key: "fuse_conv_bias" value: { string_value: "true" }' in (tmp_path / "classifier/config.pbtxt").read_text()
     fused = (tmp_path / "classify_fused" / "configs" / "gpu.pbtxt").read_text()
     assert 'key: "network.fuse_conv_bias" value: { string_value: "true" }' in fused
+    assert set_parameter(tmp_path, "classifier:fuse_conv_bias", "1,64") == ["classifier"]  # the classifier's alone
+    assert 'key: "fuse_conv_bias" value: { string_value: "1,64" }' in (tmp_path / "classifier/config.pbtxt").read_text()
+    assert (tmp_path / "classify_fused" / "configs" / "gpu.pbtxt").read_text() == fused  # its network untouched
     assert set_parameter(tmp_path, "network_turns", "off") == ["classifier"]  # classify_fused has no such parameter
     shutil.copytree(REPO / "model_repository" / "preprocess", tmp_path / "preprocess", symlinks=True)
     assert set_parameter(tmp_path, "preprocess:mps_active_thread_percentage", "40") == ["preprocess"]  # that model only
