@@ -154,13 +154,6 @@ def mps_client_parameters(params: Mapping[str, Any]) -> tuple[int, int]:
     """``(sm_share, priority)`` for :func:`tritonprep.cuda.set_mps_client` from a network model's config parameters
     (:data:`MPS_PARAMETERS`; absent: 0, the server's environment decides); a bad value is a :class:`ConfigError`
     naming the parameter (the model's load prefixes the model's name)."""
-    values = []
-    for name in MPS_PARAMETERS:
-        text = str(params.get(name, "0")).strip() or "0"
-        try:
-            values.append(int(text))
-        except ValueError:
-            raise ConfigError(f"parameter {name} must be a whole number, got {text!r}") from None
-    share, priority = values
+    share, priority = (read_int(name, str(params.get(name, "")).strip() or "0") for name in MPS_PARAMETERS)
     check_mps_client(share, priority)
     return share, priority

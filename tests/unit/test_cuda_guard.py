@@ -185,7 +185,7 @@ def test_a_network_models_mps_parameters_are_read_and_checked_as_preprocess_does
     with pytest.raises(ConfigError, match=r"^mps_active_thread_percentage must be 1..100 \(or 0: no limit\), got -1$"):
         mps_client_parameters({"mps_active_thread_percentage": "-1"})
     for text in ("low", "\u00b2"):  # a word; a character isdigit() takes and int() does not
-        with pytest.raises(ConfigError, match="parameter mps_client_priority must be a whole number"):
+        with pytest.raises(ConfigError, match="parameter 'mps_client_priority' must be an integer"):
             mps_client_parameters({"mps_client_priority": text})
 
 

@@ -59,12 +59,14 @@ from ..geometry import check_resizable
 from ..memory import CUDA_CONTEXT_MB, instance_budget_mb, working_mb
 from ..spec import OutputSpec, PreprocessConfig
 from .base import BatchResult, ImageInfo, Wanted, as_config, resolve_wanted
-from .resize import ArgumentStaging, resize_into
+from .resize import ArgumentStaging, resize_into, staging_bytes
 
 log = logging.getLogger(__name__)
 
 #: the largest pinned staging buffer kept between calls (bigger uploads get a temporary one)
 STAGING_KEEP_BYTES = 64 << 20
+#: the least pinned staging kept (grown to the next power of two above a call's need)
+STAGING_FLOOR_BYTES = 1 << 20
 #: the longest a batch waits, out of GPU memory, for memory held elsewhere in the process to come back (on the
 #: H100 it did within the second under load: earlier batches' outputs on their way to Triton, for one), seconds
 OUTPUT_WAIT_S = 1.0
@@ -203,7 +205,7 @@ class GpuExecutor:
         if self._pinned is None or self._pinned.nbytes < nbytes:
             self._pinned = None
             self._release_pinned()
-            self._pinned = cupyx.empty_pinned((1 << max(20, (nbytes - 1).bit_length()),), np.uint8)
+            self._pinned = cupyx.empty_pinned((staging_bytes(nbytes, STAGING_FLOOR_BYTES),), np.uint8)
         return self._pinned
 
     def _release_pinned(self) -> None:

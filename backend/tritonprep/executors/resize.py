@@ -25,6 +25,11 @@ from ..spec import OutputSpec
 MIN_STAGING_BYTES = 1 << 16
 
 
+def staging_bytes(nbytes: int, floor: int) -> int:
+    """The size of a kept pinned buffer for ``nbytes``: the next power of two, at least ``floor``."""
+    return max(floor, 1 << (nbytes - 1).bit_length())
+
+
 def resize_into(
     spec: OutputSpec,
     sources: Mapping[int, tuple[int, int, int, int]],
@@ -78,7 +83,7 @@ class ArgumentStaging:
             import_cupy()  # the install hint where CuPy is missing
             import cupyx
 
-            self._buffer = cupyx.empty_pinned((max(MIN_STAGING_BYTES, 1 << (total - 1).bit_length()),), np.uint8)
+            self._buffer = cupyx.empty_pinned((staging_bytes(total, MIN_STAGING_BYTES),), np.uint8)
         parts, start = [], 0
         for size in sizes:
             parts.append(self._buffer[start : start + size])
