@@ -158,14 +158,14 @@ def test_the_served_copy_rewrites_the_chosen_configs_and_links_the_rest(tmp_path
     assert chosen.used_mb <= 12000
 
 
-@pytest.mark.parametrize(("buckets", "fused"), [((8, 64), "64"), ((8, 32), "false"), ((8,), "false")])
+@pytest.mark.parametrize(("buckets", "fused"), [((8, 64), "1,64"), ((8, 32), "1,"), ((8,), "1,")])
 def test_the_fused_buckets_follow_the_buckets_the_budget_chose(buckets, fused):
     from tritonprep.classifier.runtimes import RuntimeOptions
     from tritonprep.launcher.budget import Choice
     from tritonprep.launcher.served import ModelFile, apply
 
     mf = ModelFile("classifier", Path("configs/gpu.pbtxt"), read(REPO / "classifier" / "configs" / "gpu.pbtxt"))
-    assert mf.config.parameters["fuse_conv_bias"].string_value == "64"  # as shipped
+    assert mf.config.parameters["fuse_conv_bias"].string_value == "1,64"  # as shipped: the late 1 and the 64
     apply(mf, Choice("classifier", 1, buckets, 1500, 2, (8, 64)))
     params = {k: v.string_value for k, v in mf.config.parameters.items()}
     assert params["fuse_conv_bias"] == fused and params["batch_buckets"] == ",".join(map(str, buckets))
