@@ -258,3 +258,24 @@ def test_classifier_batching_refuses_a_preferred_line_it_cannot_read(tmp_path) -
     (tmp_path / "config.pbtxt").write_text("dynamic_batching {\n  preferred_batch_size [ 64 ]\n}\n")
     with pytest.raises(ValueError, match="cannot read"):
         without_preferred_batch_sizes(tmp_path)
+
+
+def test_embedder_parameters_need_embed_measured_and_label_its_rows(tmp_path) -> None:
+    import argparse
+
+    from scripts.bench.harness.phases.instances import changes, instances_repo, parameter_axis, set_parameter
+
+    axis = parameter_axis(argparse.Namespace(classifier_parameter="embedder:fuse_conv_bias=shipped,1+64"))
+    assert axis == ("embedder:fuse_conv_bias", ["shipped", "1,64"])
+    plain = instances_repo(tmp_path / "plain", argparse.Namespace(instance_models="classify"), {})
+    assert not (plain / "embedder").exists()
+    with pytest.raises(ValueError, match="this copy has no embedder; name a model that runs it in --instance-models"):
+        set_parameter(plain, "embedder:fuse_conv_bias", "1,64")
+    repo = instances_repo(tmp_path / "embed", argparse.Namespace(instance_models="classify,embed"), {})
+    assert {"embedder", "embed", "classifier", "classify", "preprocess"} <= {p.name for p in repo.iterdir()}
+    shipped_classifier = (repo / "classifier" / "configs" / "gpu.pbtxt").read_text()
+    assert set_parameter(repo, "embedder:fuse_conv_bias", "1,64") == ["embedder"]
+    assert 'key: "fuse_conv_bias" value: { string_value: "1,64" }' in (repo / "embedder/configs/gpu.pbtxt").read_text()
+    assert (repo / "classifier" / "configs" / "gpu.pbtxt").read_text() == shipped_classifier
+    assert changes("embed", ["embedder"]) and not changes("classify", ["embedder"])
+    assert changes("embed", ["preprocess"]) and not changes("embed", ["classifier"])

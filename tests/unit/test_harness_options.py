@@ -355,6 +355,13 @@ def test_with_prep_sink_the_instances_server_gets_the_pool_its_sink_shares(tmp_p
     assert _classifier_queue(with_sink, pool) < reference / 2  # what the harness's pool gave (44 against 97)
     assert _classifier_queue(with_sink, grown["cuda_memory_pool_mb"]) >= reference
     assert reference >= 64  # the c=64 point's requests fit the classifier's queue of the classify-only copy
+    # the embedder's queue is another consumer: the pool once more for it, and for each one measured
+    embed = argparse.Namespace(instance_models="classify,embed")
+    assert instances.server_options(embed) == grown
+    all_three = argparse.Namespace(instance_models="classify,prep_sink,embed")
+    assert instances.server_options(all_three) == {**BENCH_OPTIONS, "cuda_memory_pool_mb": 3 * pool}
+    queues = _queues(instances.instances_repo(tmp_path / "embed", embed, {}), grown["cuda_memory_pool_mb"])
+    assert queues["classifier"] >= 64 and queues["embedder"] >= 64
 
 
 def test_the_gpus_phase_server_admits_the_c64_points_of_its_opened_copy(tmp_path):

@@ -98,7 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--instance-models",
         default="classify,classify_fused",
         help="instances phase: the models measured on each combination (comma list of classify, classify_fused, "
-        "prep_sink)",
+        "prep_sink, null_classify, embed; embed adds the embedder to the copy, and embedder:KEY to "
+        "--classifier-parameter)",
     )
     parser.add_argument(
         "--classifier-batching",

@@ -1,27 +1,27 @@
 """Phase ``instances``: instance counts per model, and MPS's per-client share of the SMs, by measurement.
 
 Serves a benchmark copy of the repository for every combination of ``--instances`` (e.g.
-``"preprocess=2,4;classifier=1,2;postprocess=1,4;classify_fused=2,4"``; a model not named keeps its
-shipped count) and of ``--mps-threads`` (``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` in the server's
-environment: each MPS client's share of the SMs; it only matters under MPS, so run the phase with
-``--mps on``) and of ``--classifier-batching`` (``shipped,none,delay2000``: the classifier's preferred batch sizes
-kept or dropped, or kept with the dynamic batcher waiting up to that many microseconds to fill one) and of
-``--classifier-turns`` (``shipped,off``: the classifier's instances taking turns at the GPU's network, as shipped,
-or running their networks side by side) and of ``--classifier-parameter``
-(``KEY=shipped,VALUE,...``: one more parameter of the classifier's configs, e.g. ``fuse_conv_bias=shipped,true``,
-or ``batch_buckets=shipped,1+64`` where a value holds commas; ``classify_fused`` takes it as ``network.KEY``
-where it declares that; ``MODEL:KEY=...`` names another model's, e.g.
+``"preprocess=2,4;classifier=1,2;postprocess=1,4;classify_fused=2,4"``; a model not named keeps its shipped count)
+and of ``--mps-threads`` (``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` in the server's environment: each MPS client's share
+of the SMs; it only matters under MPS, so run the phase with ``--mps on``) and of ``--classifier-batching``
+(``shipped,none,delay2000``: the classifier's preferred batch sizes kept or dropped, or kept with the dynamic
+batcher waiting up to that many microseconds to fill one) and of ``--classifier-turns`` (``shipped,off``: the
+classifier's instances taking turns at the GPU's network, as shipped, or running their networks side by side) and of
+``--classifier-parameter`` (``KEY=shipped,VALUE,...``: one more parameter of the classifier's configs, e.g.
+``fuse_conv_bias=shipped,true``, or ``batch_buckets=shipped,1+64`` where a value holds commas; ``classify_fused``
+takes it as ``network.KEY`` where it declares that; ``MODEL:KEY=...`` names another model's, e.g.
 ``preprocess:mps_active_thread_percentage=shipped,40``), and measures ``classify`` and ``classify_fused``
-(``--instance-models``; ``prep_sink``, the preprocessing alone, and ``null_classify``, the classifier behind a
-preprocessing that does no work, where named) at 8 images/request (c=64), 32 (c=16) and one image at c=16 and c=1
-on each. With ``prep_sink`` the copy also holds it and its ``sink`` (2 instances), with ``null_classify`` it and
-``null_prep`` (preprocess's instance count), so the other models' memory and start are not those of a run without
-them. The ``sink`` is a second consumer of ``PIXELS`` in tritonserver's CUDA pool: with the harness's pool the
-launcher's admission halved the classifier's queue (97 to 44 requests), and 8 images/request at c=64 was refused,
-"Exceeds maximum queue size", for ``prep_sink`` on every server (stages 19, 21). So such a server gets twice the
-pool (:func:`server_options`), and each consumer the queue the classifier gets alone; its memory at ready holds the
-larger pool. A point refused has no row. The report ranks the combinations per model by throughput, with each one's
-c=1 p50, peak memory and launch to ready.
+(``--instance-models``; ``prep_sink``, the preprocessing alone, ``null_classify``, the classifier behind a
+preprocessing that does no work, and ``embed``, whose embedder ``embedder:KEY`` changes, where named) at 8
+images/request (c=64), 32 (c=16) and one image at c=16 and c=1 on each. With ``prep_sink`` the copy also holds it
+and its ``sink`` (2 instances), with ``null_classify`` it and ``null_prep`` (preprocess's instance count), so the
+other models' memory and start are not those of a run without them; with ``embed``, the embedder (and ``analyze``).
+The ``sink`` is a second consumer of ``PIXELS`` in tritonserver's CUDA pool: with the harness's pool the launcher's
+admission halved the classifier's queue (97 to 44 requests), and 8 images/request at c=64 was refused, "Exceeds
+maximum queue size", for ``prep_sink`` on every server (stages 19, 21); the embedder's queue is another. So such a
+server gets the pool once more for each (:func:`server_options`), and each consumer the queue the classifier gets
+alone; its memory at ready holds the larger pool. A point refused has no row. The report ranks the combinations per
+model by throughput, with each one's c=1 p50, peak memory and launch to ready.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import logging
 import re
 from pathlib import Path
 
+from scripts.bench import decode_once
 from tritonprep.classifier.runtimes import RUNTIME_PARAMETERS
 from tritonprep.cuda import MPS_THREADS_ENV
 from tritonprep.parameters import MPS_PARAMETERS
@@ -57,7 +58,7 @@ RUNTIME_TABLE = frozenset(p.name for p in RUNTIME_PARAMETERS)
 #: (images per request, concurrencies) measured on each combination: throughput at 8 and 32 images/request; one
 #: image at c=16, where the network's batches hold 7-63 images (what a bucket set pads), and at c=1 (latency)
 INSTANCE_POINTS = [(8, [64]), (32, [16]), (1, [16]), (1, [1])]
-MODELS = ("classify", "classify_fused", "prep_sink", "null_classify")
+MODELS = ("classify", "classify_fused", "prep_sink", "null_classify", "embed")
 #: the value of ``--classifier-parameter`` that sets a parameter to the empty string (``late_batch_buckets=empty``)
 EMPTY = "empty"
 #: the models measured where ``--instance-models`` names none
@@ -69,7 +70,10 @@ RUNS = {
     "classify_fused": ("classify_fused",),
     "prep_sink": ("prep_sink", "preprocess"),
     "null_classify": ("null_classify", "null_prep", "classifier"),
+    "embed": ("embed", "preprocess", "embedder"),
 }
+#: the measured models that are a second consumer of tritonserver's CUDA pool besides the classifier's queue
+POOL_CONSUMERS = ("prep_sink", "embed")
 
 
 def changes(model: str, changed: list[str]) -> bool:
@@ -189,6 +193,9 @@ def set_parameter(repo: Path, key: str, value: str) -> list[str]:
         return changed
     model, _, key = key.rpartition(":")
     value = "" if value == EMPTY else value
+    if model and not (repo / model).is_dir():
+        raise ValueError(f"--classifier-parameter {model}:{key}: this copy has no {model}; name a model that runs it "
+                         "in --instance-models (embed for the embedder)")  # fmt: skip
     if model:
         with_parameter(repo / model, key, value, add=known_default(model, key))
         return [model]
@@ -216,21 +223,26 @@ def plan(args: argparse.Namespace) -> list[tuple[dict[str, int], int | None, str
 
 
 def server_options(args: argparse.Namespace) -> dict[str, object] | None:
-    """The server options of this phase's servers: the harness's (None), or with ``prep_sink`` measured the harness's
-    with twice its CUDA pool, which the ``sink``'s queue shares with the classifier's (see the module's description)."""
-    if "prep_sink" not in models_of(args):
+    """The server options of this phase's servers: the harness's (None), or with ``prep_sink`` or ``embed`` measured
+    the harness's with its CUDA pool once more for each, whose room the ``sink``'s and the embedder's queues share
+    with the classifier's (see the module's description)."""
+    consumers = 1 + sum(m in POOL_CONSUMERS for m in models_of(args))
+    if consumers == 1:
         return None
-    return {**BENCH_OPTIONS, "cuda_memory_pool_mb": 2 * int(BENCH_OPTIONS["cuda_memory_pool_mb"])}
+    return {**BENCH_OPTIONS, "cuda_memory_pool_mb": consumers * int(BENCH_OPTIONS["cuda_memory_pool_mb"])}
 
 
 def instances_repo(dest: Path, args: argparse.Namespace, counts: dict[str, int]) -> Path:
-    """The benchmark copy for one combination: the classify models with ``counts``, ``prep_sink`` with its ``sink``
-    and ``null_classify`` with ``null_prep`` where ``--instance-models`` names them (``null_prep``, GPU instances of
-    its own, only there)."""
+    """The benchmark copy for one combination: the classify models with ``counts``, ``prep_sink`` with its ``sink``,
+    ``null_classify`` with ``null_prep`` and ``embed`` with the embedder (and ``analyze``) where ``--instance-models``
+    names them (``null_prep``, GPU instances of its own, only there)."""
     models = models_of(args)
     sinks = (*(PREP_SINK_MODELS if "prep_sink" in models else ()),
              *(NULL_CLASSIFY_MODELS if "null_classify" in models else ()))  # fmt: skip
-    return make_repo(dest, with_classify=True, sinks=sinks, counts=counts)
+    repo = make_repo(dest, with_classify=True, sinks=sinks, counts=counts)
+    if "embed" in models:
+        decode_once.add_models(repo, SOURCE)
+    return repo
 
 
 def served(run: Run, args: argparse.Namespace, setting: Setting) -> None:
