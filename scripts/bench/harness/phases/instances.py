@@ -193,10 +193,10 @@ def set_parameter(repo: Path, key: str, value: str) -> list[str]:
         return changed
     model, _, key = key.rpartition(":")
     value = "" if value == EMPTY else value
-    if model and not (repo / model).is_dir():
-        raise ValueError(f"--classifier-parameter {model}:{key}: this copy has no {model}; name a model that runs it "
-                         "in --instance-models (embed for the embedder)")  # fmt: skip
     if model:
+        if not (repo / model).is_dir():
+            raise ValueError(f"--classifier-parameter {model}:{key}: this copy has no {model}; name a model that runs "
+                             "it in --instance-models (embed for the embedder)")  # fmt: skip
         with_parameter(repo / model, key, value, add=known_default(model, key))
         return [model]
     with_parameter(repo / "classifier", key, value, add=known_default("", key))
