@@ -148,6 +148,11 @@ def test_inner_rows_of_the_steps():
     assert rows[breakdown.KERNELS_LABEL] == pytest.approx(0.35)
     assert rows["the rest of preprocess (checks, batching, splitting rows)"] == pytest.approx(0.15)
     assert not any("fallback" in k and "of which" in k for k in rows)  # decode_s == decode_gpu_s
+    assert not any(k in rows for k in (breakdown.LAUNCH_LABEL, breakdown.WAIT_LABEL))  # no launch_s: no split
+    split = breakdown.inner_rows("preprocess", {**PREP, "launch_s": 0.95})
+    assert (breakdown.LAUNCH_LABEL, pytest.approx(0.25), 2) in split
+    assert (breakdown.WAIT_LABEL, pytest.approx(0.10), 2) in split
+    assert ("the rest of preprocess (checks, batching, splitting rows)", pytest.approx(0.15), 1) in split
     fallback = breakdown.inner_rows("preprocess", {**PREP, "decode_gpu_s": 0.5})
     assert ("of which the CPU fallback (decode_s - decode_gpu_s)", pytest.approx(0.2), 2) in fallback
     net = dict((label, ms) for label, ms, _ in breakdown.inner_rows("run", NET))

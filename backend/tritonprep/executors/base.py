@@ -41,7 +41,8 @@ class BatchResult:
     errors: dict[int, ImageError] = field(default_factory=dict)
     #: how each image was decoded, for metrics: {"cpu": n, "gpu_hw": n, "gpu_cuda": n, "cpu_fallback": n}
     decoded_by: dict[str, int] = field(default_factory=dict)
-    #: wall-clock seconds of the phases of this call: "decode_s" (all decoding), "total_s"
+    #: wall-clock seconds of the phases of this call, each from its start: "decode_s" (all decoding), the GPU
+    #: executor's "decode_gpu_s" (its GPU decoders) and "launch_s" (its kernels launched), "total_s"
     timings: dict[str, float] = field(default_factory=dict)
     #: size and decoder path of every image that decoded, by index
     images: dict[int, ImageInfo] = field(default_factory=dict)

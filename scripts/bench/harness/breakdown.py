@@ -31,8 +31,8 @@ from .engines import clocks_text
 #: Triton's per-request duration counters (``inference_stats``) a model's time is split into
 PARTS = ("queue", "compute_input", "compute_infer", "compute_output")
 #: profile phases that lie inside another phase (a step's own timings), not beside read, the steps and respond
-NESTED = {"decode_gpu_s": "preprocess", "decode_s": "preprocess", "total_s": "preprocess", "turn_wait": "run",
-          "network": "run", "top_k": "run"}  # fmt: skip
+NESTED = {"decode_gpu_s": "preprocess", "decode_s": "preprocess", "launch_s": "preprocess", "total_s": "preprocess",
+          "turn_wait": "run", "network": "run", "top_k": "run"}  # fmt: skip
 _PROFILE = re.compile(
     r"profile (?P<instance>\S+): (?P<exec>[\d.]+) exec/s (?P<req>[\d.]+) req/s (?P<img>[\d.]+) img/s, "
     r"batch (?P<batch>[\d.]+) img, per execute: (?P<phases>[^\"]*)"
@@ -174,6 +174,9 @@ def execute_ms(phases: dict[str, float]) -> float:
 
 #: the preprocess step's time after decoding (classify_fused leaves the wait for the GPU to the network)
 KERNELS_LABEL = "resize, crop, normalize kernels; the wait for the GPU unless the network follows (total_s - decode_s)"
+#: the GPU executor's kernels launched (their arguments' upload included), then its wait for its stream
+LAUNCH_LABEL = "the kernels launched (launch_s - decode_s)"
+WAIT_LABEL = "the wait for the decode's and the kernels' GPU work, where the instance waits (total_s - launch_s)"
 #: the runtime's time until it hands over the logits (on a GPU: enqueued, not yet computed)
 NETWORK_LABEL = "the network, enqueued (its runtime)"
 #: top-k behind the network on its stream: the kernel, the copies to the host and the wait for both
@@ -195,6 +198,9 @@ def inner_rows(step: str, phases: dict[str, float]) -> list[tuple[str, float, in
         if "total_s" in nested:
             rows.append((KERNELS_LABEL,
                          nested["total_s"] - nested["decode_s"], 1))  # fmt: skip
+            if "launch_s" in nested:
+                rows.append((LAUNCH_LABEL, nested["launch_s"] - nested["decode_s"], 2))
+                rows.append((WAIT_LABEL, nested["total_s"] - nested["launch_s"], 2))
     labels = {"turn_wait": "waiting for a turn at the GPU", "network": NETWORK_LABEL, "top_k": TOP_K_LABEL}
     rows += [(labels[k], nested[k], 1) for k in ("turn_wait", "network", "top_k") if k in nested]
     covered = nested.get("total_s", sum(nested.get(k, 0.0) for k in labels))
