@@ -190,31 +190,6 @@ def test_unsynchronized_runs_read_on_the_executor_stream_equal_synchronized_ones
             np.testing.assert_array_equal(got.get(), want)
 
 
-def test_with_gpu_output_wait_copy_the_legacy_stream_copy_waits_for_an_unsynchronized_run(cp, nvimgcodec, photos):
-    """``gpu_output_wait=copy``: the executor answers without waiting (``run(synchronize=False)``) and the Python
-    backend copies each GPU output with ``cudaMemcpy`` on CUDA's legacy default stream, as here. The executor's
-    stream is then a blocking one, so that copy waits for the decode and the kernel. Each output lands in a block
-    just filled with NaNs: a copy that ran before the kernel had written it (a non-blocking stream) reads NaNs or an
-    older batch's pixels."""
-    from tritonprep.executors.gpu import GpuExecutor
-
-    rng = np.random.default_rng(7)
-    pool = [encode(a, "JPEG", quality=90) for a in photos.values()] + [encode(a, "PNG") for a in photos.values()]
-    batches = [[pool[i] for i in rng.choice(len(pool), size=int(rng.integers(16, 48)))] for _ in range(12)]
-    with GpuExecutor(PreprocessConfig.single(RAW, gpu_output_wait="copy"), 0) as ex:
-        reference = [ex.run(batch).output.get() for batch in batches]
-        for batch, want in zip(batches, reference):
-            with ex.device, ex.stream:  # the block the next output is cut from (CuPy's pool, this stream's)
-                shape = (-(-len(batch) // 16) * 16,) + RAW.output_shape
-                cp.full(shape, cp.nan, dtype=cp.float32)
-                ex.stream.synchronize()  # the NaNs are written; the block goes back to the pool, which reuses it
-            result = ex.run(batch, synchronize=False)
-            assert not result.errors
-            got = np.empty(result.output.shape, np.float32)
-            cp.cuda.runtime.memcpy(got.ctypes.data, result.output.data.ptr, got.nbytes, 2)  # 2: device to host
-            np.testing.assert_array_equal(got, want)
-
-
 def test_a_decoder_stage_used_twice_in_one_call_never_reuses_its_own_buffers(cp, nvimgcodec, photos):
     """hw_decoder_share < 1 with progressive JPEGs: the CUDA stage decodes its share beside the hardware,
     then again the hardware's leftovers (progressive), in one call. Its output images are pooled across

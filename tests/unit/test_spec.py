@@ -95,7 +95,6 @@ def test_parameters_are_parsed_and_normalised():
             "pad_value": "114",
             "allowed_formats": "jpeg, png",
             "max_pixels": "1000",
-            "gpu_output_wait": "Copy",
         }
     )
     spec = config.spec("PIXELS")
@@ -104,7 +103,6 @@ def test_parameters_are_parsed_and_normalised():
     assert (spec.channel_order, spec.layout, spec.dtype, spec.pad_value) == ("BGR", "NHWC", "FP16", 114)
     assert spec.output_shape == (320, 640, 3)
     assert config.limits.allowed_formats == ("JPEG", "PNG") and config.limits.max_pixels == 1000
-    assert config.gpu_output_wait == "copy" and PreprocessConfig.from_parameters({}).gpu_output_wait == "execute"
 
 
 @pytest.mark.parametrize(
@@ -122,7 +120,6 @@ def test_parameters_are_parsed_and_normalised():
         ({"layout": "CHW"}, "layout"),
         ({"dtype": "INT8"}, "dtype"),
         ({"executor": "tpu"}, "executor"),
-        ({"gpu_output_wait": "later"}, "gpu_output_wait must be one of execute, copy; got 'later'"),
         ({"allowed_formats": "JPEG,HEIC"}, "allowed_formats"),
         ({"max_pixels": "0"}, ">= 1"),
         ({"pad_value": "300"}, "0..255"),

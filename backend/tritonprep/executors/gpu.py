@@ -9,9 +9,7 @@ into its batch, which stays on the GPU and leaves the model through DLPack. Each
 decoded once, however many outputs read it. All GPU work is ordered on this instance's own CUDA stream
 (the decoder objects decode on streams of their own, joined to it by events), synchronized once at
 the end, because Triton reads the outputs right after ``execute`` (``run(synchronize=False)`` leaves the
-wait to a caller that goes on on the same stream, ``classify_fused``'s network, or, with ``gpu_output_wait=copy``,
-whose stream is then a blocking one, to the Python backend's copy of each output on CUDA's legacy default stream;
-the next call waits first).
+wait to a caller that goes on on the same stream, ``classify_fused``'s network; the next call waits first).
 A sticky CUDA error on the way raises :class:`~tritonprep.errors.InstanceFailed`
 (:func:`tritonprep.cuda.cuda_fault_guard`).
 
@@ -124,9 +122,7 @@ class GpuExecutor:
         try:
             self.device = cp.cuda.Device(device_id)
             self.device.use()
-            # gpu_output_wait=copy: a blocking stream, which CUDA's legacy default stream (the Python backend's copy of
-            # each GPU output) waits for, so that the caller may answer before the work is done (run(synchronize=False))
-            self.stream = cp.cuda.Stream(non_blocking=config.gpu_output_wait != "copy")
+            self.stream = cp.cuda.Stream(non_blocking=True)
         except cp.cuda.runtime.CUDARuntimeError as e:
             raise RuntimeUnavailable(f"GPU {device_id} is not usable: {e}") from None
         #: the SMs this process's context may use (None: the driver does not say)

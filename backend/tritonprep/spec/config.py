@@ -10,7 +10,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..memory import instance_budget_mb
 from ..parameters import check_choice, check_mps_client
-from .options import EXECUTORS, GPU_OUTPUT_WAITS, DecoderOptions, Limits
+from .options import EXECUTORS, DecoderOptions, Limits
 from .outputs import OutputSpec
 from .provenance import PROVENANCE, provenance_of
 from .table import PER_OUTPUT, TABLE, check_retired, read_parts, with_preset
@@ -38,12 +38,9 @@ class PreprocessConfig:
     mps_active_thread_percentage: int = 0
     #: under MPS, the scheduling priority of a GPU instance's process: 0 normal, 1 below normal
     mps_client_priority: int = 0
-    #: GPU instances: who waits for a batch's GPU work before Triton reads the outputs (:data:`GPU_OUTPUT_WAITS`)
-    gpu_output_wait: str = "execute"
 
     def __post_init__(self) -> None:
         check_choice("executor", self.executor, EXECUTORS)
-        check_choice("gpu_output_wait", self.gpu_output_wait, GPU_OUTPUT_WAITS)
         if self.gpu_memory_mb:
             instance_budget_mb(self.gpu_memory_mb)  # a malformed budget fails the load, not the first GPU use
         if self.cpu_threads < 0:

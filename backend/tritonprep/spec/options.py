@@ -12,9 +12,6 @@ from ..errors import ConfigError
 from ..parameters import check_choice
 
 EXECUTORS = ("auto", "gpu", "cpu")
-#: ``gpu_output_wait`` values: the instance waits for its stream before it answers (``execute``), or the Python
-#: backend's copy of each GPU output, on CUDA's legacy default stream, waits for the instance's blocking stream
-GPU_OUTPUT_WAITS = ("execute", "copy")
 GPU_DECODERS = ("nvimgcodec", "pillow")
 #: nvImageCodec's backends the CUDA stage may use (its BackendKind names, lower-case)
 CUDA_DECODER_BACKENDS = ("gpu_only", "hybrid_cpu_gpu")

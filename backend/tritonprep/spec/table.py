@@ -185,16 +185,6 @@ PARAMETERS: tuple[Parameter, ...] = (
         "(CUDA_MPS_CLIENT_PRIORITY for its CUDA context; below normal lets normal clients' kernels, the network's, "
         "take the SMs first); in classify_fused it lowers the network too (one process)",
     ),
-    Parameter(
-        "gpu_output_wait",
-        "model.gpu_output_wait",
-        read_lower,
-        "execute",
-        "GPU instances: what waits for the GPU work of a batch before Triton reads its GPU outputs: execute (the "
-        "instance synchronizes its CUDA stream before it answers) or copy (its stream is a blocking CUDA stream, "
-        "and the Python backend's copy of each GPU output, on CUDA's legacy default stream, waits for it on the GPU "
-        "while the host answers); classify_fused ignores it (its network waits)",
-    ),
     Parameter("max_encoded_bytes", "limits.max_encoded_bytes", read_int, "20000000", "largest accepted encoded image"),
     Parameter("max_pixels", "limits.max_pixels", read_int, "16800000", "largest accepted decoded image (width*height)"),
     Parameter("max_images_per_request", "limits.max_images_per_request", read_int, "64", "most images in one request"),

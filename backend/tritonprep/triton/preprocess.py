@@ -145,13 +145,10 @@ class PreprocessStage:
         return RequestImages(images, requested_outputs(request, self.offered) if wanted is None else wanted)
 
     def preprocess(
-        self, inputs: list[RequestImages], *, synchronize: bool | None = None
+        self, inputs: list[RequestImages], *, synchronize: bool = True
     ) -> list[Preprocessed | ImageRejected]:
         """The images of all ``inputs`` in one executor run; per request its rows, or its first bad image.
-        ``synchronize`` False: a GPU executor's rows may still be computing on its stream (see its ``run``); None:
-        as the config's ``gpu_output_wait`` says (``copy``: the Python backend's copy of each output waits for them)."""
-        if synchronize is None:
-            synchronize = self.config.gpu_output_wait != "copy"
+        ``synchronize`` False: a GPU executor's rows may still be computing on its stream (see its ``run``)."""
         images = [data for x in inputs for data in x.images]
         wanted, first_rows = plan_rows(inputs, self.image_outputs)
         result = self.executor.run(images, wanted, synchronize=synchronize)

@@ -50,13 +50,11 @@ def output_tensor(name: str, array: Any) -> Any:
     """Wrap a numpy or CuPy array as an output tensor.
 
     GPU (CuPy) arrays always go through DLPack and stay on the GPU; the caller must have
-    synchronized the stream that produced them, or produced them on a blocking CUDA stream: the
-    Python backend copies a GPU output into Triton's buffer with ``cudaMemcpy`` on CUDA's legacy
-    default stream, which waits for such a stream's work (``gpu_output_wait=copy``). Host arrays
-    use ``pb_utils.Tensor`` under numpy 1.x; under numpy 2, whose arrays that constructor corrupts
-    in Triton <= 24.x stubs, they go through DLPack too. (DLPack is not used for host arrays under
-    numpy 1.x because the backend renames a consumed capsule ``used_dlpack``, which numpy's capsule
-    destructor reports on stderr for every tensor.)
+    synchronized the stream that produced them. Host arrays use ``pb_utils.Tensor`` under
+    numpy 1.x; under numpy 2, whose arrays that constructor corrupts in Triton <= 24.x stubs,
+    they go through DLPack too. (DLPack is not used for host arrays under numpy 1.x because the
+    backend renames a consumed capsule ``used_dlpack``, which numpy's capsule destructor reports
+    on stderr for every tensor.)
     """
     pb = pb_utils()
     if isinstance(array, np.ndarray):
@@ -65,12 +63,11 @@ def output_tensor(name: str, array: Any) -> Any:
             return pb.Tensor(name, array)
         return pb.Tensor.from_dlpack(name, array)
     # A CuPy array whose producing stream the caller has already synchronized (the executors
-    # do, once per batch) or that the backend's copy waits for: hand over a bare capsule from
-    # the DLPack protocol with stream=-1 ("no synchronization": the array API's value for a
-    # consumer that has ordered the work itself), which the backend takes as is, zero copy.
-    # Passing the array would make the backend call `__dlpack__(stream=<its stream>)` and
-    # synchronize that stream for every single output tensor; `toDlpack()` is deprecated (CuPy
-    # warns on every call).
+    # do, once per batch): hand over a bare capsule from the DLPack protocol with stream=-1 ("no
+    # synchronization": the array API's value for a consumer that has ordered the work itself),
+    # which the backend takes as is, zero copy. Passing the array would make the backend call
+    # `__dlpack__(stream=<its stream>)` and synchronize that stream for every single output
+    # tensor; `toDlpack()` is deprecated (CuPy warns on every call).
     return pb.Tensor.from_dlpack(name, array.__dlpack__(stream=-1))
 
 
