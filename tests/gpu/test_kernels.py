@@ -99,43 +99,6 @@ def test_one_launch_over_many_variable_sizes(cp, photos):
     assert worst_fraction >= 0.999
 
 
-def test_launches_through_the_kept_argument_buffers_equal_the_plain_launch(cp, photos):
-    """The executor's path: each launch's pointers and metadata copied from its part of the pinned staging into its
-    part of the kept device buffer, and the kernel given plain addresses. Three launches of different specs and
-    image counts in one call, then the next call's launches into the same parts, each against the plain launch (CuPy
-    stages the arguments itself); a part that another launch overwrote, or a copy not ordered before its kernel,
-    shows up as changed or NaN pixels."""
-    from tritonprep.executors.resize import ArgumentStaging, resize_into
-    from tritonprep.kernels.launch import argument_bytes
-
-    rng = np.random.default_rng(11)
-    arrays = [np.asarray(Image.fromarray(a).resize((int(rng.integers(60, 900)), int(rng.integers(60, 900)))))
-              for a in photos.values() for _ in range(3)]  # fmt: skip
-    letterbox = OutputSpec(resize="letterbox", output_height=96, output_width=160, pad_value=114, layout="NHWC",
-                           dtype="FP16")  # fmt: skip
-    small = OutputSpec(resize_shorter=64, output_height=56, output_width=56, interpolation="bicubic",
-                       channel_order="BGR")  # fmt: skip
-    specs = [RAW, letterbox, small]
-    staging = ArgumentStaging()
-    stream = cp.cuda.Stream(non_blocking=True)
-    with stream:
-        dev = [cp.asarray(a) for a in arrays]
-        for call in range(2):
-            picks = [rng.choice(len(arrays), size=int(rng.integers(1, len(arrays))), replace=False) for _ in specs]
-            sources = [{row: (dev[i].data.ptr, arrays[i].shape[1], arrays[i].shape[0], arrays[i].shape[1] * 3)
-                        for row, i in enumerate(pick)} for pick in picks]  # fmt: skip
-            parts = staging.parts([argument_bytes(len(s)) for s in sources])
-            outs = []
-            for spec, src, part in zip(specs, sources, parts):
-                outs.append(cp.full((len(src),) + spec.output_shape, np.nan, dtype=spec.numpy_dtype))
-                resize_into(spec, src, outs[-1], stream, part)
-            for spec, src, out in zip(specs, sources, outs):
-                want = cp.full((len(src),) + spec.output_shape, np.nan, dtype=spec.numpy_dtype)
-                resize_into(spec, src, want, stream)
-                np.testing.assert_array_equal(cp.asnumpy(out), cp.asnumpy(want), err_msg=f"call {call}")
-            stream.synchronize()  # as the executor waits before the next call writes the staging again
-
-
 # ------------------------------------------------------------------ softmax / top-k
 @pytest.mark.parametrize(("rows", "classes", "k"), [(1, 1000, 5), (200, 1000, 5), (3, 7, 7), (0, 1000, 5), (5, 10, 1)])
 def test_softmax_top_k_kernel_is_the_host_top_k(cp, rows, classes, k):

@@ -19,8 +19,6 @@ from .layout import META_FIELDS, cuda_defines
 cupy = import_cupy()
 
 BLOCK = 256
-#: cudaMemcpyHostToDevice
-HOST_TO_DEVICE = 1
 #: the resize filters the kernel implements (a -D flag each, or none for the default): Pillow's antialiased
 #: bilinear and bicubic, and OpenCV's INTER_LINEAR
 FILTERS = {"bilinear": (), "bicubic": ("FILTER_BICUBIC",), "cv2_linear": ("FILTER_CV2_LINEAR",)}
@@ -58,7 +56,6 @@ def resize_normalize(
     pad: float,
     stream: cupy.cuda.Stream,
     staging: np.ndarray | None = None,
-    device_arguments: int | None = None,
 ) -> None:
     """Resize, crop or pad, normalize and lay out every image described by ``ptrs``/``meta`` into ``out``.
 
@@ -70,9 +67,6 @@ def resize_normalize(
     ``staging``: pinned host memory of at least :func:`argument_bytes` bytes that the caller does not write
     again before ``stream`` has passed this launch. The pointers and metadata then reach the GPU by an
     asynchronous copy from it, and the host goes on at once (without it, CuPy stages them itself).
-    ``device_arguments``: with ``staging``, the device address of as many bytes, which the caller keeps and nothing
-    but this stream's work reads; the copy lands there, and the launch takes plain addresses (no allocation, no
-    array of its own: each costs the host more than the launch at one image).
     """
     n = len(ptrs)
     if n == 0:
@@ -95,20 +89,29 @@ def resize_normalize(
     host = np.empty(nbytes, np.uint8) if staging is None else staging.reshape(-1).view(np.uint8)[:nbytes]
     host[: 8 * n] = np.ascontiguousarray(ptrs, np.uint64).view(np.uint8)
     host[8 * n :] = np.ascontiguousarray(meta).view(np.uint8).ravel()
-    grid, block = ((out_h * out_w + BLOCK - 1) // BLOCK, n), (BLOCK,)
-    values = (np.int32(out_h), np.int32(out_w), *(f32(s) for s in scale), *(f32(b) for b in bias), f32(pad))
-    if staging is not None and device_arguments is not None:
-        cupy.cuda.runtime.memcpyAsync(device_arguments, host.ctypes.data, nbytes, HOST_TO_DEVICE, stream.ptr)
-        ptrs_at, meta_at = np.uint64(device_arguments), np.uint64(device_arguments + 8 * n)
-        kernel(grid, block, (ptrs_at, meta_at, np.uint64(out.data.ptr), *values), stream=stream)
-        return
     with stream:
         if staging is None:
             args = cupy.asarray(host)
         else:
             args = cupy.empty(nbytes, np.uint8)
             args.set(host, stream=stream)
-        kernel(grid, block, (args[: 8 * n].view(np.uint64), args[8 * n :].view(np.int32), out, *values))
+        d_ptrs = args[: 8 * n].view(np.uint64)
+        d_meta = args[8 * n :].view(np.int32)
+        pixels = out_h * out_w
+        kernel(
+            ((pixels + BLOCK - 1) // BLOCK, n),
+            (BLOCK,),
+            (
+                d_ptrs,
+                d_meta,
+                out,
+                np.int32(out_h),
+                np.int32(out_w),
+                *(f32(s) for s in scale),
+                *(f32(b) for b in bias),
+                f32(pad),
+            ),
+        )
 
 
 def argument_bytes(images: int) -> int:
