@@ -12,7 +12,9 @@ wait for its GPU work (``--gap-ms`` asleep before each call, as a server at c=1 
 * ``GpuExecutor``: the whole preprocessing of the shipped ``preprocess`` GPU config, PIXELS only (checks, decode,
   the resize kernel, the wait), with its own steps' host time.
 
-It answers "where does a lone image's time go below Triton", not a throughput question.
+It answers "where does a lone image's time go below Triton", not a throughput question. With ``--mps`` the rows
+run in a child process that is the client of a private MPS daemon (the launcher's :class:`MpsDaemon`, quit after
+it), as every process of a server under ``--mps on`` is: the rows then say what MPS adds to each layer.
 """
 
 from __future__ import annotations
@@ -22,8 +24,12 @@ import cProfile
 import io
 import json
 import logging
+import os
 import pstats
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -170,8 +176,11 @@ def main() -> None:
     parser.add_argument("--gaps-ms", default="0,3", help="comma list: asleep before each call, ms")
     parser.add_argument("--backends", default="hw_gpu_only,hybrid_cpu_gpu")
     parser.add_argument("--profile", type=Path, help="also cProfile the GpuExecutor row's calls into this file")
+    parser.add_argument("--mps", action="store_true", help="run the rows as the client of a private MPS daemon")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.mps:
+        sys.exit(_under_mps([a for a in sys.argv[1:] if a != "--mps"], args.out))
 
     import cupy as cp
 
@@ -185,6 +194,32 @@ def main() -> None:
     for gap in (float(g) / 1e3 for g in args.gaps_ms.split(",")):
         rows += _rows_at(gap, args, nv, cp, jpegs, params)
     args.out.write_text(json.dumps(rows, indent=1) + "\n")
+
+
+def _under_mps(argv: list[str], out: Path) -> int:
+    """This bench without ``--mps`` in a child process under a private MPS daemon (started first, quit after the
+    child is gone, whatever happened); each row of ``out`` then says ``"mps": true``. The child's exit code, or 2
+    where no daemon could start (the reason logged)."""
+    from tritonprep.errors import ServerError
+    from tritonprep.launcher.mps import MpsDaemon
+
+    with tempfile.TemporaryDirectory(prefix="tp-mps-", dir="/tmp") as work:  # short: the daemon's socket paths
+        daemon = MpsDaemon(Path(work), os.environ)
+        try:
+            daemon.start()
+        except ServerError as e:
+            log.error("--mps: no MPS daemon could start: %s", e)
+            return 2
+        try:
+            log.info("MPS daemon %s started; the rows run as its client", daemon.pid)
+            env = daemon.client_env(os.environ)
+            code = subprocess.run([sys.executable, "-m", "scripts.bench.decode_latency", *argv], env=env).returncode
+        finally:
+            log.info("MPS daemon: %s", daemon.quit())
+    if code == 0:
+        rows = json.loads(out.read_text())
+        out.write_text(json.dumps([{**row, "mps": True} for row in rows], indent=1) + "\n")
+    return code
 
 
 if __name__ == "__main__":
