@@ -277,6 +277,13 @@ INNER_MODES = {
 }
 
 
+def _default_sigint() -> None:
+    """In the inner pytest's process, before it starts: Ctrl-C's default disposition. A suite started as a background
+    job (``make test &``, ``nohup``) inherits SIGINT ignored, and a Python started with it ignored never raises
+    KeyboardInterrupt: the interrupted case would then wait out its bound instead of testing the teardown."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("mode", sorted(INNER_MODES))
 def test_pytest_teardown_leaves_nothing(tmp_path, mode):
     """A test that uses a server fails, times out, is interrupted or killed: nothing of the server is left."""
@@ -292,6 +299,7 @@ def test_pytest_teardown_leaves_nothing(tmp_path, mode):
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=_default_sigint,
     )
     try:
         deadline = time.monotonic() + 120
