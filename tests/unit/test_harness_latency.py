@@ -153,6 +153,16 @@ def test_inner_rows_of_the_steps():
     assert (breakdown.LAUNCH_LABEL, pytest.approx(0.25), 2) in split
     assert (breakdown.WAIT_LABEL, pytest.approx(0.10), 2) in split
     assert ("the rest of preprocess (checks, batching, splitting rows)", pytest.approx(0.15), 1) in split
+    classifier = {"read": 0.12, "read_tensor": 0.05, "read_array": 0.04, "respond": 0.11, "respond_bytes": 0.06,
+                  "respond_numeric": 0.03, "run": 0.66}  # fmt: skip
+    read = breakdown.inner_rows("read", classifier)
+    assert (breakdown.PART_LABELS["read_tensor"], 0.05, 1) in read
+    assert (breakdown.PART_LABELS["read_array"], 0.04, 1) in read
+    assert read[-1][0].startswith("the rest of read") and read[-1][1] == pytest.approx(0.03)
+    respond = dict((label, ms) for label, ms, _ in breakdown.inner_rows("respond", classifier))
+    assert respond[breakdown.PART_LABELS["respond_bytes"]] == 0.06
+    assert respond["the rest of respond (grouping the outputs)"] == pytest.approx(0.02)
+    assert breakdown.execute_ms(classifier) == pytest.approx(0.12 + 0.11 + 0.66)  # parts are not added again
     fallback = breakdown.inner_rows("preprocess", {**PREP, "decode_gpu_s": 0.5})
     assert ("of which the CPU fallback (decode_s - decode_gpu_s)", pytest.approx(0.2), 2) in fallback
     net = dict((label, ms) for label, ms, _ in breakdown.inner_rows("run", NET))

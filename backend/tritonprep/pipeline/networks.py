@@ -39,8 +39,11 @@ from ..triton.isolation import RequestIsolation, row_batched
 from ..triton.pb import model_config, output_dims, parameters
 from ..triton.profiling import PhaseTimer
 from ..triton.tensors import (
+    as_array,
     concat,
     input_array,
+    input_tensor,
+    is_bytes,
     named_tensors,
     output_tensor,
     placement,
@@ -174,14 +177,20 @@ class ClassifierModel:
         )
         self._placement_logged = False
         self.timer = PhaseTimer(args["model_instance_name"])  # logs phase times with TRITONPREP_PROFILE=1
-        self.requests = RequestIsolation(args["model_name"], self.read, [self.run], named_tensors, timer=self.timer)
+        self.requests = RequestIsolation(args["model_name"], self.read, [self.run], self.respond, timer=self.timer)
 
     def execute(self, requests: Sequence[Any]) -> list[Any]:
         """One response per request, whatever happens."""
         return self.requests.execute(requests)
 
     def read(self, request: Any) -> NetworkInput:
-        x = input_array(request, "input")
+        """A request's images and the outputs it asked for; the timer gets the backend's tensor (``read_tensor``)
+        and its array through DLPack (``read_array``) apart."""
+        t0 = time.perf_counter()
+        tensor = input_tensor(request, "input")
+        t1 = time.perf_counter()
+        x = as_array(tensor)
+        self.timer.add(read_tensor=t1 - t0, read_array=time.perf_counter() - t1)
         if not self._placement_logged:
             log.info("classifier: first batch input on the %s, runtime %s", placement(x), self.runtime.name)
             self._placement_logged = True
@@ -225,6 +234,16 @@ class ClassifierModel:
             results.append(outputs)
             start = stop
         return results
+
+    def respond(self, outputs: dict[str, Any]) -> list[Any]:
+        """A request's output tensors; the timer gets the BYTES ones (``LABELS``: ``respond_bytes``) and the numeric
+        ones (``respond_numeric``) apart."""
+        t0 = time.perf_counter()
+        names = named_tensors({k: v for k, v in outputs.items() if is_bytes(v)})
+        t1 = time.perf_counter()
+        numeric = named_tensors({k: v for k, v in outputs.items() if not is_bytes(v)})
+        self.timer.add(respond_bytes=t1 - t0, respond_numeric=time.perf_counter() - t1)
+        return names + numeric
 
     def close(self) -> None:
         """The sessions, their CUDA graphs and buffers, in order (not at interpreter exit)."""

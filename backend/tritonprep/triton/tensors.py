@@ -21,9 +21,19 @@ _NUMPY_MAJOR = int(np.__version__.split(".")[0])
 
 def input_array(request: Any, name: str) -> Any:
     """A request's numeric input as a numpy array (CPU tensor) or CuPy array (GPU tensor)."""
+    return as_array(input_tensor(request, name))
+
+
+def input_tensor(request: Any, name: str) -> Any:
+    """A request's input tensor ``name`` as the Python backend hands it over; :class:`RequestError` if it has none."""
     tensor = pb_utils().get_input_tensor_by_name(request, name)
     if tensor is None:
         raise RequestError(f"request has no input named {name!r}")
+    return tensor
+
+
+def as_array(tensor: Any) -> Any:
+    """A numeric input tensor as a numpy array (CPU tensor) or CuPy array (GPU tensor), through DLPack: no copy."""
     if tensor.is_cpu():
         return np.from_dlpack(tensor)
     return import_cupy().from_dlpack(tensor)
@@ -82,12 +92,12 @@ def bytes_tensor(name: str, rows: Sequence[Sequence[str]] | np.ndarray) -> Any:
 def named_tensors(outputs: Mapping[str, Any]) -> list[Any]:
     """Output tensors of ``{name: array, or rows of strings (a list of lists) or an object array of bytes for a
     BYTES output}``."""
-    return [
-        bytes_tensor(name, rows)
-        if isinstance(rows, list) or (isinstance(rows, np.ndarray) and rows.dtype == np.object_)
-        else output_tensor(name, rows)
-        for name, rows in outputs.items()
-    ]
+    return [bytes_tensor(name, rows) if is_bytes(rows) else output_tensor(name, rows) for name, rows in outputs.items()]
+
+
+def is_bytes(rows: Any) -> bool:
+    """Whether :func:`named_tensors` makes a BYTES tensor of ``rows`` (a list of lists, or an object array)."""
+    return isinstance(rows, list) or (isinstance(rows, np.ndarray) and rows.dtype == np.object_)
 
 
 def placement(array: Any) -> str:

@@ -32,7 +32,8 @@ from .engines import clocks_text
 PARTS = ("queue", "compute_input", "compute_infer", "compute_output")
 #: profile phases that lie inside another phase (a step's own timings), not beside read, the steps and respond
 NESTED = {"decode_gpu_s": "preprocess", "decode_s": "preprocess", "launch_s": "preprocess", "total_s": "preprocess",
-          "turn_wait": "run", "network": "run", "top_k": "run"}  # fmt: skip
+          "turn_wait": "run", "network": "run", "top_k": "run", "read_tensor": "read", "read_array": "read",
+          "respond_bytes": "respond", "respond_numeric": "respond"}  # fmt: skip
 _PROFILE = re.compile(
     r"profile (?P<instance>\S+): (?P<exec>[\d.]+) exec/s (?P<req>[\d.]+) req/s (?P<img>[\d.]+) img/s, "
     r"batch (?P<batch>[\d.]+) img, per execute: (?P<phases>[^\"]*)"
@@ -183,9 +184,26 @@ NETWORK_LABEL = "the network, enqueued (its runtime)"
 TOP_K_LABEL = "top-k and the copy to the host, waiting for the network's GPU work"
 
 
+#: the parts of a step or phase the instances time apart (``run``'s, the classifier's ``read`` and ``respond``'s), in
+#: the order the table lists them
+PART_LABELS = {
+    "turn_wait": "waiting for a turn at the GPU",
+    "network": NETWORK_LABEL,
+    "top_k": TOP_K_LABEL,
+    "read_tensor": "the backend's input tensor (pb_utils.get_input_tensor_by_name)",
+    "read_array": "its array through DLPack (numpy or CuPy from_dlpack)",
+    "respond_bytes": "the BYTES outputs (LABELS: pb_utils.Tensor of an object array)",
+    "respond_numeric": "the numeric outputs (SCORES, CLASS_IDS, logits)",
+}
+#: what "the rest" of a phase holds, where it is not a step's checks and batching
+REST = {"read": "the outputs asked for, the first call's log line", "respond": "grouping the outputs"}
+
+
 def inner_rows(step: str, phases: dict[str, float]) -> list[tuple[str, float, int]]:
     """What a step's nested phases say, as (label, ms, depth below the step): the decode, the kernels and the rest
-    of ``preprocess``; the turn, the network, top-k and the rest of ``run``; [] for a step without nested phases."""
+    of ``preprocess``; the turn, the network, top-k and the rest of ``run``; the tensor, the array and the rest of the
+    classifier's ``read``, the BYTES and numeric outputs and the rest of its ``respond``; [] for a step without
+    nested phases."""
     nested = {k: v for k, v in phases.items() if NESTED.get(k) == step}
     if not nested or step not in phases:
         return []
@@ -201,10 +219,10 @@ def inner_rows(step: str, phases: dict[str, float]) -> list[tuple[str, float, in
             if "launch_s" in nested:
                 rows.append((LAUNCH_LABEL, nested["launch_s"] - nested["decode_s"], 2))
                 rows.append((WAIT_LABEL, nested["total_s"] - nested["launch_s"], 2))
-    labels = {"turn_wait": "waiting for a turn at the GPU", "network": NETWORK_LABEL, "top_k": TOP_K_LABEL}
-    rows += [(labels[k], nested[k], 1) for k in ("turn_wait", "network", "top_k") if k in nested]
-    covered = nested.get("total_s", sum(nested.get(k, 0.0) for k in labels))
-    rows.append((f"the rest of {step} (checks, batching, splitting rows)", phases[step] - covered, 1))
+    rows += [(label, nested[k], 1) for k, label in PART_LABELS.items() if k in nested]
+    covered = nested.get("total_s", sum(nested.get(k, 0.0) for k in PART_LABELS))
+    rest = REST.get(step, "checks, batching, splitting rows")
+    rows.append((f"the rest of {step} ({rest})", phases[step] - covered, 1))
     return rows
 
 
