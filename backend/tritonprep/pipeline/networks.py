@@ -40,6 +40,7 @@ from ..triton.pb import model_config, output_dims, parameters
 from ..triton.profiling import PhaseTimer
 from ..triton.tensors import (
     as_array,
+    bytes_tensor,
     concat,
     input_array,
     input_tensor,
@@ -239,11 +240,11 @@ class ClassifierModel:
         """A request's output tensors; the timer gets the BYTES ones (``LABELS``: ``respond_bytes``) and the numeric
         ones (``respond_numeric``) apart."""
         t0 = time.perf_counter()
-        names = named_tensors({k: v for k, v in outputs.items() if is_bytes(v)})
+        tensors = [bytes_tensor(name, rows) for name, rows in outputs.items() if is_bytes(rows)]
         t1 = time.perf_counter()
-        numeric = named_tensors({k: v for k, v in outputs.items() if not is_bytes(v)})
+        tensors += [output_tensor(name, rows) for name, rows in outputs.items() if not is_bytes(rows)]
         self.timer.add(respond_bytes=t1 - t0, respond_numeric=time.perf_counter() - t1)
-        return names + numeric
+        return tensors
 
     def close(self) -> None:
         """The sessions, their CUDA graphs and buffers, in order (not at interpreter exit)."""
