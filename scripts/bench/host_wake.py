@@ -8,11 +8,15 @@ times a small fixed piece of Python work (a cold core runs it slower). Each sett
 * ``as_is``: the host as it is;
 * ``dma_latency_0``: ``/dev/cpu_dma_latency`` held open at 0 us (the kernel's PM QoS request: no CPU enters an
   idle state deeper than polling while the file is open; root only); tuned's latency-performance profile
-  makes the same request with a small value.
+  makes the same request with a small value;
+* ``spin_idle``: one process per CPU spinning at ``SCHED_IDLE`` (it runs only where nothing else wants the CPU, and
+  any woken task preempts it): no CPU ever reaches the idle loop, so a virtual machine's vCPUs never halt, as with
+  the kernel's ``idle=poll``, at the price of every idle CPU cycle.
 
 It also prints the host's idle driver, governor and idle states. One JSON row per (setting, gap) on ``--out``.
 
     python -m scripts.bench.host_wake --out FILE [--gaps-ms 0,1,3,10] [--trials 300]
+    python -m scripts.bench.host_wake --hold-spin      # the spinners alone, until SIGTERM (a server's A/B)
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import json
 import logging
 import multiprocessing
 import os
+import signal
 import statistics
 import struct
 import sys
@@ -35,7 +40,7 @@ log = logging.getLogger("host_wake")
 CPU_DMA_LATENCY = Path("/dev/cpu_dma_latency")
 _CPUIDLE = Path("/sys/devices/system/cpu/cpu0/cpuidle")
 
-SETTINGS = ("as_is", "dma_latency_0")
+SETTINGS = ("as_is", "dma_latency_0", "spin_idle")
 
 
 class CpuLatencyHold:
@@ -74,6 +79,37 @@ class CpuLatencyHold:
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
+
+
+def _spin(cpu: int) -> None:
+    os.sched_setaffinity(0, {cpu})
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    while True:
+        pass
+
+
+class IdleSpinners:
+    """One ``SCHED_IDLE`` spinning process per CPU this process may use, until :meth:`stop`."""
+
+    def __init__(self) -> None:
+        self._procs: list[multiprocessing.process.BaseProcess] = []
+
+    def start(self) -> int:
+        """Start the spinners; returns how many."""
+        context = multiprocessing.get_context("fork")
+        for cpu in sorted(os.sched_getaffinity(0)):
+            proc = context.Process(target=_spin, args=(cpu,), daemon=True, name=f"spin-idle-{cpu}")
+            proc.start()
+            self._procs.append(proc)
+        return len(self._procs)
+
+    def stop(self) -> None:
+        """Stop every spinner and reap it."""
+        procs, self._procs = self._procs, []
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.join(5)
 
 
 def idle_states(cpuidle: Path = _CPUIDLE) -> dict[str, Any]:
@@ -145,12 +181,17 @@ def _measure(gap_s: float, trials: int) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path)
     parser.add_argument("--gaps-ms", default="0,1,3,10")
     parser.add_argument("--trials", type=int, default=300)
     parser.add_argument("--settings", default=",".join(SETTINGS))
+    parser.add_argument("--hold-spin", action="store_true", help="run the spinners until SIGTERM, measure nothing")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.hold_spin:
+        return _hold_spin()
+    if args.out is None:
+        parser.error("--out is required (or --hold-spin)")
     log.info("idle states: %s", json.dumps(idle_states()))
     gaps = [float(g) for g in args.gaps_ms.split(",")]
     rows: list[dict[str, Any]] = []
@@ -161,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         if hold is not None and not hold.acquire():
             log.info("%s: %s is not writable here; skipped", setting, CPU_DMA_LATENCY)
             continue
+        spinners = IdleSpinners() if setting == "spin_idle" else None
+        if spinners is not None:
+            spinners.start()
         try:
             for gap in gaps:
                 row = {"setting": setting, "gap_ms": gap, **_measure(gap / 1000, args.trials)}
@@ -169,7 +213,22 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             if hold is not None:
                 hold.release()
+            if spinners is not None:
+                spinners.stop()
     args.out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return 0
+
+
+def _hold_spin() -> int:
+    spinners = IdleSpinners()
+    log.info("spinning on %d CPUs at SCHED_IDLE until SIGTERM", spinners.start())
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    try:
+        signal.pause()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        spinners.stop()
     return 0
 
 

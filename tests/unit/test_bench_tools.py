@@ -1,14 +1,16 @@
-"""The small benchmark tools' own logic: cpu_path's points, host_wake's PM QoS hold (on a plain file), and the
-shape check before DALI's output is copied into the classifier's input buffer."""
+"""The small benchmark tools' own logic: cpu_path's points, host_wake's PM QoS hold (on a plain file) and idle
+spinners, and the shape check before DALI's output is copied into the classifier's input buffer."""
 
 import argparse
+import os
 import struct
+import time
 
 import pytest
 
 from scripts.bench.classifier_bench import check_fits
 from scripts.bench.cpu_path import parse_points
-from scripts.bench.host_wake import CpuLatencyHold, idle_states
+from scripts.bench.host_wake import CpuLatencyHold, IdleSpinners, idle_states
 
 
 def test_points_are_batch_by_concurrency():
@@ -34,6 +36,23 @@ def test_the_hold_writes_the_latency_as_a_32_bit_integer_and_keeps_the_file_open
 def test_the_hold_says_no_where_the_file_cannot_be_opened(tmp_path):
     hold = CpuLatencyHold(0, tmp_path / "absent" / "cpu_dma_latency")
     assert not hold.acquire() and not hold.held
+
+
+def test_the_spinners_run_one_per_cpu_at_sched_idle_and_stop():
+    spinners = IdleSpinners()
+    assert spinners.start() == len(os.sched_getaffinity(0))
+    pids = [proc.pid for proc in spinners._procs]
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(os.sched_getscheduler(pid) != os.SCHED_IDLE for pid in pids):
+            time.sleep(0.05)
+        assert all(os.sched_getscheduler(pid) == os.SCHED_IDLE for pid in pids)
+        assert sorted(next(iter(os.sched_getaffinity(pid))) for pid in pids) == sorted(os.sched_getaffinity(0))
+    finally:
+        spinners.stop()
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
 
 
 def test_idle_states_read_what_sysfs_says(tmp_path):
