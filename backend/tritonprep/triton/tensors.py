@@ -33,10 +33,17 @@ def input_tensor(request: Any, name: str) -> Any:
 
 
 def as_array(tensor: Any) -> Any:
-    """A numeric input tensor as a numpy array (CPU tensor) or CuPy array (GPU tensor), through DLPack: no copy."""
+    """A numeric input tensor as a numpy array (CPU tensor) or CuPy array (GPU tensor), through DLPack: no copy.
+
+    A GPU tensor's capsule (``to_dlpack``) goes to CuPy as it is. Handed the tensor instead, CuPy 13 would first
+    call its ``__dlpack__`` with DLPack 1.0's keywords, which the backend's binding (``stream`` only) refuses with
+    a TypeError, call it again, and set the device and back around both; the backend has no pending work on an
+    input's memory (its ``__dlpack__`` ignores the stream), so the capsule is the same tensor without those calls.
+    """
     if tensor.is_cpu():
         return np.from_dlpack(tensor)
-    return import_cupy().from_dlpack(tensor)
+    to_dlpack = getattr(tensor, "to_dlpack", None)
+    return import_cupy().from_dlpack(to_dlpack() if to_dlpack is not None else tensor)
 
 
 def bytes_input(request: Any, name: str) -> list[bytes]:
