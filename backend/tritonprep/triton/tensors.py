@@ -42,8 +42,7 @@ def as_array(tensor: Any) -> Any:
     """
     if tensor.is_cpu():
         return np.from_dlpack(tensor)
-    to_dlpack = getattr(tensor, "to_dlpack", None)
-    return import_cupy().from_dlpack(to_dlpack() if to_dlpack is not None else tensor)
+    return import_cupy().from_dlpack(tensor.to_dlpack())
 
 
 def bytes_input(request: Any, name: str) -> list[bytes]:
