@@ -239,6 +239,37 @@ def test_hardware_and_cuda_decoders_split_deterministically(cp, nvimgcodec, phot
     assert np.abs(first.output.get() - ref).mean() < 0.5
 
 
+def test_pillow_decodes_its_share_beside_the_gpu_decoders(cp, nvimgcodec, photos):
+    """cpu_decoder_share: Pillow decodes a share of a large call's JPEGs while the GPU decoders take the rest. Each
+    image always goes the same way, a call of fewer than CPU_SHARE_MIN_IMAGES stays on the GPU, and Pillow's images
+    equal the CPU executor's up to the kernel's rounding."""
+    from tritonprep.executors.gpu import GpuExecutor
+    from tritonprep.spec.options import CPU_SHARE_MIN_IMAGES
+
+    rng = np.random.default_rng(11)
+    src = Image.fromarray(photos["coffee"])
+    pool = [
+        encode(np.asarray(src.resize((int(rng.integers(300, 900)), int(rng.integers(300, 900))))), "JPEG", quality=90)
+        for _ in range(32)
+    ]
+    spec = PreprocessConfig.single(RAW, decoding=DecoderOptions(cpu_decoder_share=0.4))
+    with GpuExecutor(spec, 0) as ex:
+        first = ex.run(pool)
+        again = ex.run(pool[::-1])
+        small = ex.run(pool[: CPU_SHARE_MIN_IMAGES - 1])
+    on_gpu = first.decoded_by.get("gpu_hw", 0) + first.decoded_by.get("gpu_cuda", 0)
+    assert first.decoded_by.get("cpu", 0) > 0 and on_gpu > 0 and "cpu_fallback" not in first.decoded_by
+    assert "cpu" not in small.decoded_by and not first.errors
+    np.testing.assert_array_equal(first.output.get(), again.output.get()[::-1])
+    ref = CpuExecutor(RAW).run(pool).output
+    got = first.output.get()
+    shared = [i for i, info in first.images.items() if info.path == "cpu"]
+    assert len(shared) == first.decoded_by["cpu"]
+    for i in shared:
+        assert agreement(got[i], ref[i])[0] >= 0.999, i
+    assert np.abs(got - ref).mean() < 0.5
+
+
 def test_gpu_kernels_without_nvimgcodec_decode_on_the_cpu(cp, photos, jpegs):
     """gpu_decoder=pillow (what an instance gets without nvImageCodec): Pillow decodes, the GPU
     kernel preprocesses, and the result equals the CPU executor's up to the kernel's rounding."""

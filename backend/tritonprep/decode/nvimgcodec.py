@@ -110,6 +110,17 @@ def import_nvimgcodec() -> Any:
 #: from two threads hung)
 _OPEN: weakref.WeakSet[GpuDecoder] = weakref.WeakSet()
 _OPEN_LOCK = threading.Lock()
+#: what nvJPEG's hardware decoder holds per preallocated pixel (its RGB output buffers), bytes
+HW_PREALLOC_BYTES_PER_PIXEL = 3
+
+
+def prealloc_mb(options: DecoderOptions) -> int:
+    """The MiB that ``options``' hardware decoders preallocate (0 where no hardware decoder is asked for)."""
+    decoders = options.hw_decoders if options.gpu_decoder == "nvimgcodec" and options.hw_decoder else 0
+    width, height, batch = options.hw_decoder_prealloc
+    return -(-decoders * width * height * batch * HW_PREALLOC_BYTES_PER_PIXEL // 2**20)
+
+
 #: output images kept for reuse per decoder stage, and the largest buffer worth keeping
 _POOL_MAX_IMAGES = 256
 _POOL_MAX_BYTES = 16 << 20

@@ -1,31 +1,28 @@
 """The GPU executor: nvImageCodec batch decode + one fused CUDA kernel launch per image output.
 
-Per call: the host checks every image's header against the limits (no decoding); the
-JPEGs are decoded on the GPU in one batched nvImageCodec call; what the GPU decoder
-cannot take (other formats, CMYK, images it rejects) is decoded by Pillow on a thread
-pool and uploaded in one copy; then, for each image output of the config, one kernel launch
-resizes, crops or letterboxes, normalizes and lays out the images that output is wanted for
-into its batch, which stays on the GPU and leaves the model through DLPack. Each image is
-decoded once, however many outputs read it. All GPU work is ordered on this instance's own CUDA stream
-(the decoder objects decode on streams of their own, joined to it by events), synchronized once at
-the end, because Triton reads the outputs right after ``execute`` (``run(synchronize=False)`` leaves the
-wait to a caller that goes on on the same stream, ``classify_fused``'s network; the next call waits first).
-A sticky CUDA error on the way raises :class:`~tritonprep.errors.InstanceFailed`
-(:func:`tritonprep.cuda.cuda_fault_guard`).
+Per call: the host checks every image's header against the limits (no decoding); the JPEGs are decoded on
+the GPU in one batched nvImageCodec call (``cpu_decoder_share`` gives Pillow's threads a share of a large call's
+JPEGs meanwhile); Pillow decodes what the GPU decoder cannot take (other formats, CMYK, images it rejects) on a
+thread pool, uploaded in one copy; then, for each image output, one kernel launch resizes, crops or letterboxes,
+normalizes and lays out the images that output is wanted for into its batch, which stays on the GPU and leaves
+the model through DLPack. Each image is decoded once, however many outputs read it. All GPU work is ordered on
+this instance's own CUDA stream (the decoder objects decode on streams of their own, joined to it by events),
+synchronized once at the end, because Triton reads the outputs right after ``execute``
+(``run(synchronize=False)`` leaves the wait to a caller that goes on on the same stream, ``classify_fused``'s
+network; the next call waits first). A sticky CUDA error on the way raises
+:class:`~tritonprep.errors.InstanceFailed` (:func:`tritonprep.cuda.cuda_fault_guard`).
 
-JPEG 2000 and TIFF files whose header says the GPU decodes them as Pillow does go to nvImageCodec too
-(its nvJPEG2000 and nvTIFF decoders); the rest, and whatever the GPU declines, to Pillow. Decode
-failures are logged counted, at most once a minute per kind (:mod:`tritonprep.decode.failures`).
+JPEG 2000 and TIFF files whose header says the GPU decodes them as Pillow does go to nvImageCodec too (its
+nvJPEG2000 and nvTIFF decoders). Decode failures are logged counted, at most once a minute per kind
+(:mod:`tritonprep.decode.failures`).
 
-With a ``gpu_memory_mb`` budget (:mod:`tritonprep.memory`) the executor caps CuPy's memory pool to
-it, less the CUDA context and the hardware decoders' preallocated buffers, and the decoded images
-its decoders keep for reuse to a quarter of that; a batch that does not fit is tried once more with
-the pool's cached blocks freed, then again each time the pool shrinks within ``OUTPUT_WAIT_S``, then
-raises :class:`~tritonprep.errors.ResourceExhausted` (the model retries it request by request) instead of
-the process running out of memory. Before each retry the failed attempt's arrays are collected (its
-exception's traceback, held inside an ``except`` block or in a reference cycle, would keep them).
-:attr:`GpuExecutor.timings` holds the start-up phases' seconds and :meth:`GpuExecutor.close` releases
-the GPU in order (decoders, then pools, then the stream).
+With a ``gpu_memory_mb`` budget (:mod:`tritonprep.memory`) the executor caps CuPy's memory pool to it, less the
+CUDA context and the hardware decoders' preallocated buffers, and the decoded images its decoders keep to a
+quarter of that; a batch that does not fit is tried once more with the pool's cached blocks freed, then again
+each time the pool shrinks within ``OUTPUT_WAIT_S``, then raises :class:`~tritonprep.errors.ResourceExhausted`
+(the model retries it request by request). Before each retry the failed attempt's arrays are collected.
+:attr:`GpuExecutor.timings` holds the start-up phases' seconds and :meth:`GpuExecutor.close` releases the GPU
+in order (decoders, then pools, then the stream).
 """
 
 from __future__ import annotations
@@ -33,8 +30,9 @@ from __future__ import annotations
 import gc
 import logging
 import time
+import zlib
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,12 +50,13 @@ from ..cuda import (
 )
 from ..decode import ImageHeader, validate
 from ..decode.failures import FailureLog
-from ..decode.nvimgcodec import DecodedImage, GpuDecoder
+from ..decode.nvimgcodec import DecodedImage, GpuDecoder, prealloc_mb
 from ..decode.pillow import decode_rgb
 from ..errors import ImageError, ResourceExhausted, RuntimeUnavailable
 from ..geometry import check_resizable
 from ..memory import CUDA_CONTEXT_MB, instance_budget_mb, working_mb
 from ..spec import OutputSpec, PreprocessConfig
+from ..spec.options import CPU_SHARE_MIN_IMAGES
 from .base import BatchResult, ImageInfo, Wanted, as_config, resolve_wanted
 from .resize import ArgumentStaging, resize_into, staging_bytes
 
@@ -70,8 +69,8 @@ STAGING_FLOOR_BYTES = 1 << 20
 #: the longest a batch waits, out of GPU memory, for memory held elsewhere in the process to come back (on the
 #: H100 it did within the second under load: earlier batches' outputs on their way to Triton, for one), seconds
 OUTPUT_WAIT_S = 1.0
-#: what nvJPEG's hardware decoder holds per preallocated pixel (its RGB output buffers), bytes
-HW_PREALLOC_BYTES_PER_PIXEL = 3
+#: how an image may be decoded here: the hardware decoder, nvJPEG CUDA, Pillow's share, Pillow for what the GPU declined
+DECODE_PATHS = ("gpu_hw", "gpu_cuda", "cpu", "cpu_fallback")
 
 
 def pool_limit_mb(config: PreprocessConfig) -> int | None:
@@ -80,11 +79,7 @@ def pool_limit_mb(config: PreprocessConfig) -> int | None:
     budget = instance_budget_mb(config.gpu_memory_mb)
     if budget is None:
         return None
-    d = config.decoding
-    decoders = d.hw_decoders if d.gpu_decoder == "nvimgcodec" and d.hw_decoder else 0
-    width, height, batch = d.hw_decoder_prealloc
-    decoders_mb = -(-decoders * width * height * batch * HW_PREALLOC_BYTES_PER_PIXEL // 2**20)
-    return working_mb(budget, CUDA_CONTEXT_MB + decoders_mb, "preprocessing batches")
+    return working_mb(budget, CUDA_CONTEXT_MB + prealloc_mb(config.decoding), "preprocessing batches")
 
 
 @dataclass
@@ -96,7 +91,7 @@ class _Decoded:
     infos: dict[int, ImageInfo] = field(default_factory=dict)
     #: decoded images and upload buffers: released only after the kernels have read them
     keep_alive: list[Any] = field(default_factory=list)
-    decoded_by: dict[str, int] = field(default_factory=lambda: {"gpu_hw": 0, "gpu_cuda": 0, "cpu_fallback": 0})
+    decoded_by: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DECODE_PATHS, 0))
 
 
 class GpuExecutor:
@@ -324,11 +319,14 @@ class GpuExecutor:
         if self.decoder is not None:  # the last call's images: read by work that precedes ours on this stream
             self.decoder.release()
         errors, headers, gpu_idx, cpu_idx = self._check(images)
+        shared = self._cpu_share(images, headers, gpu_idx)
+        jobs = self._start_cpu(images, headers, shared)  # Pillow's share decodes while the GPU decoders run
         decoded = _Decoded()
         with self.device, self.stream:
-            cpu_idx += self._decode_on_gpu(images, gpu_idx, decoded, headers)
+            left = self._decode_on_gpu(images, [i for i in gpu_idx if i not in jobs], decoded, headers)
             t_decode_gpu = time.perf_counter()
-            errors.update(self._decode_on_cpu(images, headers, cpu_idx, decoded))
+            jobs.update(self._start_cpu(images, headers, cpu_idx + left))
+            errors.update(self._decode_on_cpu(jobs, set(shared), decoded))
             for e in errors.values():
                 self.failures.count(e.reason, example=str(e))
             t_decode = time.perf_counter()
@@ -391,22 +389,35 @@ class GpuExecutor:
             decoded.decoded_by[img.path] += 1
         return left
 
-    def _decode_on_cpu(
-        self, images: Sequence[bytes], headers: Mapping[int, ImageHeader], cpu_idx: list[int], decoded: _Decoded
-    ) -> dict[int, ImageError]:
-        """Decode ``cpu_idx`` with Pillow on the thread pool and upload them in one copy; return their errors."""
-        if not cpu_idx:
-            return {}
-        arrays = list(self._pool.map(self._cpu_decode, [images[i] for i in cpu_idx], [headers[i] for i in cpu_idx]))
-        host = [(i, a) for i, a in zip(cpu_idx, arrays) if isinstance(a, np.ndarray)]
+    def _cpu_share(self, images: Sequence[bytes], headers: Mapping[int, ImageHeader], gpu_idx: list[int]) -> list[int]:
+        """The JPEGs of ``gpu_idx`` that ``cpu_decoder_share`` gives Pillow (none in a call of fewer than
+        ``CPU_SHARE_MIN_IMAGES``): each chosen by a hash of its bytes, so an image always takes the same decoder."""
+        cut = int(self.config.decoding.cpu_decoder_share * 1000)
+        jpegs = [i for i in gpu_idx if headers[i].format == "JPEG"]
+        if not cut or len(jpegs) < CPU_SHARE_MIN_IMAGES:
+            return []
+        return [i for i in jpegs if zlib.crc32(images[i][-256:]) % 1000 >= 1000 - cut]
+
+    def _start_cpu(
+        self, images: Sequence[bytes], headers: Mapping[int, ImageHeader], idx: list[int]
+    ) -> dict[int, Future]:
+        """Pillow's decodes of ``idx``, started on the thread pool."""
+        return {i: self._pool.submit(self._cpu_decode, images[i], headers[i]) for i in idx}
+
+    def _decode_on_cpu(self, jobs: Mapping[int, Future], shared: set[int], decoded: _Decoded) -> dict[int, ImageError]:
+        """Wait for Pillow's decodes (``jobs``; ``shared``: those ``cpu_decoder_share`` chose, the rest fell back) and
+        upload them in one copy; return their errors."""
+        arrays = {i: job.result() for i, job in jobs.items()}
+        host = [(i, a) for i, a in arrays.items() if isinstance(a, np.ndarray)]
         if host:
             buf, offsets = self._upload([a for _, a in host])
             decoded.keep_alive.append(buf)
             for (i, a), off in zip(host, offsets):
+                path = "cpu" if i in shared else "cpu_fallback"
                 decoded.sources[i] = (buf.data.ptr + off, a.shape[1], a.shape[0], a.shape[1] * 3)
-                decoded.infos[i] = ImageInfo(a.shape[1], a.shape[0], "cpu_fallback")
-            decoded.decoded_by["cpu_fallback"] += len(host)
-        return {i: a for i, a in zip(cpu_idx, arrays) if isinstance(a, ImageError)}
+                decoded.infos[i] = ImageInfo(a.shape[1], a.shape[0], path)
+                decoded.decoded_by[path] += 1
+        return {i: a for i, a in arrays.items() if isinstance(a, ImageError)}
 
     def _launch(self, wanted: Mapping[str, list[int]], sources: Mapping[int, tuple[int, int, int, int]]) -> dict:
         """One kernel launch per wanted output, over the images it is wanted for (a failed image's row stays

@@ -113,6 +113,14 @@ PARAMETERS: tuple[Parameter, ...] = (
         "(chosen per image by a hash of its bytes: deterministic)",
     ),
     Parameter(
+        "cpu_decoder_share",
+        "decoding.cpu_decoder_share",
+        read_float,
+        "0.0",
+        "GPU executor: share of the JPEGs of a call of 8 or more that Pillow decodes on the instance's CPU threads "
+        "while the GPU decoders take the rest (chosen per image by a hash of its bytes: deterministic)",
+    ),
+    Parameter(
         "hw_decoders",
         "decoding.hw_decoders",
         read_int,
