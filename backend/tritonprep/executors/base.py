@@ -27,7 +27,8 @@ class ImageInfo(NamedTuple):
 
     width: int
     height: int
-    #: "gpu_hw", "gpu_cuda", "cpu_fallback" (Pillow inside the GPU executor) or "cpu"
+    #: "gpu_hw", "gpu_cuda", "cpu_fallback" (Pillow inside the GPU executor, for what the GPU declined) or "cpu" (the
+    #: CPU executor, or the GPU executor's ``cpu_decoder_share``)
     path: str
 
 
