@@ -73,7 +73,7 @@ class PreprocessConfig:
 
     @property
     def resolved_cpu_threads(self) -> int:
-        """Worker threads of the CPU executor (and of the GPU executor's Pillow fallback)."""
+        """Worker threads of the CPU executor (and of the GPU executor's Pillow: fallback, ``cpu_decoder_share``)."""
         return self.cpu_threads or max(1, min(8, os.cpu_count() or 1))
 
     @classmethod
