@@ -241,10 +241,10 @@ def test_hardware_and_cuda_decoders_split_deterministically(cp, nvimgcodec, phot
 
 def test_pillow_decodes_its_share_beside_the_gpu_decoders(cp, nvimgcodec, photos):
     """cpu_decoder_share: Pillow decodes a share of a large call's JPEGs while the GPU decoders take the rest. Each
-    image always goes the same way, a call of fewer than CPU_SHARE_MIN_IMAGES stays on the GPU, and Pillow's images
-    equal the CPU executor's up to the kernel's rounding."""
+    image of a large call always goes the same way, a call of fewer than CPU_SHARE_MIN_IMAGES stays on the GPU, and
+    Pillow's images equal the CPU executor's up to the kernel's rounding."""
+    from tritonprep.decode.split import CPU_SHARE_MIN_IMAGES
     from tritonprep.executors.gpu import GpuExecutor
-    from tritonprep.spec.options import CPU_SHARE_MIN_IMAGES
 
     rng = np.random.default_rng(11)
     src = Image.fromarray(photos["coffee"])
@@ -259,6 +259,7 @@ def test_pillow_decodes_its_share_beside_the_gpu_decoders(cp, nvimgcodec, photos
         small = ex.run(pool[: CPU_SHARE_MIN_IMAGES - 1])
     on_gpu = first.decoded_by.get("gpu_hw", 0) + first.decoded_by.get("gpu_cuda", 0)
     assert first.decoded_by.get("cpu", 0) > 0 and on_gpu > 0 and "cpu_fallback" not in first.decoded_by
+    assert sum(first.decoded_by.values()) == len(pool)  # each image decoded once
     assert "cpu" not in small.decoded_by and not first.errors
     np.testing.assert_array_equal(first.output.get(), again.output.get()[::-1])
     ref = CpuExecutor(RAW).run(pool).output

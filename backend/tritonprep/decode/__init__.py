@@ -4,6 +4,7 @@
 * :mod:`.jpeg` - the JPEG marker walker; :mod:`.headers` - picture sizes of the other formats
 * :mod:`.pillow` - Pillow on the CPU: the reference decoder and the GPU path's fallback
 * :mod:`.nvimgcodec` - nvImageCodec on the GPU (imported only by the GPU executor)
+* :mod:`.split` - which decoder takes an image of a call, by a hash of its bytes (the decoders' shares)
 
 Every decoder returns upright (EXIF orientation applied) 8-bit RGB pixels and raises an
 :class:`~tritonprep.errors.ImageError` subclass for an image it cannot or must not decode.

@@ -64,7 +64,6 @@ import logging
 import os
 import threading
 import weakref
-import zlib
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -73,6 +72,7 @@ from typing import Any
 from ..cuda import GPU_EXTRA_HINT, context_poisoned, import_cupy, process_ending
 from ..errors import RuntimeUnavailable
 from ..spec import DecoderOptions
+from .split import hardware_bucket
 
 log = logging.getLogger(__name__)
 
@@ -434,7 +434,7 @@ class GpuDecoder:
         direct = [i for i in range(len(data)) if hardware is not None and not hardware[i]]
         side = None
         if self._hw_cut is not None and self._pool is not None and len(todo) > 1:
-            to_hw = {i: zlib.crc32(data[i][-256:]) % 1000 < self._hw_cut for i in todo}
+            to_hw = {i: hardware_bucket(data[i]) < self._hw_cut for i in todo}
             cuda = [i for i in todo if not to_hw[i]]
             todo = [i for i in todo if to_hw[i]]
             side = self._pool.submit(self._run_stage, self.cuda, data, cuda, results) if cuda else None

@@ -1,28 +1,26 @@
 """The GPU executor: nvImageCodec batch decode + one fused CUDA kernel launch per image output.
 
-Per call: the host checks every image's header against the limits (no decoding); the JPEGs are decoded on
-the GPU in one batched nvImageCodec call (``cpu_decoder_share`` gives Pillow's threads a share of a large call's
-JPEGs meanwhile); Pillow decodes what the GPU decoder cannot take (other formats, CMYK, images it rejects) on a
-thread pool, uploaded in one copy; then, for each image output, one kernel launch resizes, crops or letterboxes,
-normalizes and lays out the images that output is wanted for into its batch, which stays on the GPU and leaves
-the model through DLPack. Each image is decoded once, however many outputs read it. All GPU work is ordered on
-this instance's own CUDA stream (the decoder objects decode on streams of their own, joined to it by events),
-synchronized once at the end, because Triton reads the outputs right after ``execute``
-(``run(synchronize=False)`` leaves the wait to a caller that goes on on the same stream, ``classify_fused``'s
-network; the next call waits first). A sticky CUDA error on the way raises
-:class:`~tritonprep.errors.InstanceFailed` (:func:`tritonprep.cuda.cuda_fault_guard`).
+Per call: the host checks every image's header against the limits (no decoding); the JPEGs are decoded on the GPU in
+one batched nvImageCodec call (``cpu_decoder_share`` gives Pillow's threads a share of a large call's JPEGs
+meanwhile); Pillow decodes what the GPU decoder cannot take (other formats, CMYK, images it rejects) on a thread
+pool, uploaded in one copy; then, for each image output, one kernel launch resizes, crops or letterboxes, normalizes
+and lays out the images that output is wanted for into its batch, which stays on the GPU and leaves the model
+through DLPack. Each image is decoded once, however many outputs read it. All GPU work is ordered on this instance's
+own CUDA stream (the decoder objects decode on streams of their own, joined to it by events), synchronized once at
+the end, because Triton reads the outputs right after ``execute`` (``run(synchronize=False)`` leaves the wait to a
+caller that goes on on the same stream, ``classify_fused``'s network; the next call waits first). A sticky CUDA
+error on the way raises :class:`~tritonprep.errors.InstanceFailed` (:func:`tritonprep.cuda.cuda_fault_guard`).
 
 JPEG 2000 and TIFF files whose header says the GPU decodes them as Pillow does go to nvImageCodec too (its
 nvJPEG2000 and nvTIFF decoders). Decode failures are logged counted, at most once a minute per kind
 (:mod:`tritonprep.decode.failures`).
 
-With a ``gpu_memory_mb`` budget (:mod:`tritonprep.memory`) the executor caps CuPy's memory pool to it, less the
-CUDA context and the hardware decoders' preallocated buffers, and the decoded images its decoders keep to a
-quarter of that; a batch that does not fit is tried once more with the pool's cached blocks freed, then again
-each time the pool shrinks within ``OUTPUT_WAIT_S``, then raises :class:`~tritonprep.errors.ResourceExhausted`
-(the model retries it request by request). Before each retry the failed attempt's arrays are collected.
-:attr:`GpuExecutor.timings` holds the start-up phases' seconds and :meth:`GpuExecutor.close` releases the GPU
-in order (decoders, then pools, then the stream).
+With a ``gpu_memory_mb`` budget (:mod:`tritonprep.memory`) the executor caps CuPy's memory pool to it, less the CUDA
+context and the hardware decoders' preallocated buffers, and the decoded images its decoders keep to a quarter of
+that; a batch that does not fit is tried once more with the pool's cached blocks freed, then again each time the
+pool shrinks within ``OUTPUT_WAIT_S``, then raises :class:`~tritonprep.errors.ResourceExhausted` (the model retries
+it request by request). :attr:`GpuExecutor.timings` holds the start-up phases' seconds and :meth:`GpuExecutor.close`
+releases the GPU in order (decoders, then pools, then the stream).
 """
 
 from __future__ import annotations
@@ -30,9 +28,9 @@ from __future__ import annotations
 import gc
 import logging
 import time
-import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,11 +50,11 @@ from ..decode import ImageHeader, validate
 from ..decode.failures import FailureLog
 from ..decode.nvimgcodec import DecodedImage, GpuDecoder, prealloc_mb
 from ..decode.pillow import decode_rgb
+from ..decode.split import cpu_share
 from ..errors import ImageError, ResourceExhausted, RuntimeUnavailable
 from ..geometry import check_resizable
 from ..memory import CUDA_CONTEXT_MB, instance_budget_mb, working_mb
 from ..spec import OutputSpec, PreprocessConfig
-from ..spec.options import CPU_SHARE_MIN_IMAGES
 from .base import BatchResult, ImageInfo, Wanted, as_config, resolve_wanted
 from .resize import ArgumentStaging, resize_into, staging_bytes
 
@@ -69,7 +67,7 @@ STAGING_FLOOR_BYTES = 1 << 20
 #: the longest a batch waits, out of GPU memory, for memory held elsewhere in the process to come back (on the
 #: H100 it did within the second under load: earlier batches' outputs on their way to Triton, for one), seconds
 OUTPUT_WAIT_S = 1.0
-#: how an image may be decoded here: the hardware decoder, nvJPEG CUDA, Pillow's share, Pillow for what the GPU declined
+#: the decoder paths: the hardware decoder, nvJPEG CUDA, Pillow's share, Pillow for what the GPU declined
 DECODE_PATHS = ("gpu_hw", "gpu_cuda", "cpu", "cpu_fallback")
 
 
@@ -80,6 +78,17 @@ def pool_limit_mb(config: PreprocessConfig) -> int | None:
     if budget is None:
         return None
     return working_mb(budget, CUDA_CONTEXT_MB + prealloc_mb(config.decoding), "preprocessing batches")
+
+
+@contextmanager
+def _cancelled_on_error(jobs: Mapping[int, Future]) -> Iterator[None]:
+    """Pillow's decodes that have not started yet are cancelled where the call fails (a retry starts its own)."""
+    try:
+        yield
+    except BaseException:
+        for job in jobs.values():
+            job.cancel()
+        raise
 
 
 @dataclass
@@ -319,10 +328,10 @@ class GpuExecutor:
         if self.decoder is not None:  # the last call's images: read by work that precedes ours on this stream
             self.decoder.release()
         errors, headers, gpu_idx, cpu_idx = self._check(images)
-        shared = self._cpu_share(images, headers, gpu_idx)
+        shared = cpu_share(images, headers, gpu_idx, self.config.decoding.cpu_decoder_share)
         jobs = self._start_cpu(images, headers, shared)  # Pillow's share decodes while the GPU decoders run
         decoded = _Decoded()
-        with self.device, self.stream:
+        with self.device, self.stream, _cancelled_on_error(jobs):
             left = self._decode_on_gpu(images, [i for i in gpu_idx if i not in jobs], decoded, headers)
             t_decode_gpu = time.perf_counter()
             jobs.update(self._start_cpu(images, headers, cpu_idx + left))
@@ -389,20 +398,11 @@ class GpuExecutor:
             decoded.decoded_by[img.path] += 1
         return left
 
-    def _cpu_share(self, images: Sequence[bytes], headers: Mapping[int, ImageHeader], gpu_idx: list[int]) -> list[int]:
-        """The JPEGs of ``gpu_idx`` that ``cpu_decoder_share`` gives Pillow (none in a call of fewer than
-        ``CPU_SHARE_MIN_IMAGES``): each chosen by a hash of its bytes, so an image always takes the same decoder."""
-        cut = int(self.config.decoding.cpu_decoder_share * 1000)
-        jpegs = [i for i in gpu_idx if headers[i].format == "JPEG"]
-        if not cut or len(jpegs) < CPU_SHARE_MIN_IMAGES:
-            return []
-        return [i for i in jpegs if zlib.crc32(images[i][-256:]) % 1000 >= 1000 - cut]
-
     def _start_cpu(
-        self, images: Sequence[bytes], headers: Mapping[int, ImageHeader], idx: list[int]
+        self, data: Sequence[bytes], headers: Mapping[int, ImageHeader], idx: list[int]
     ) -> dict[int, Future]:
         """Pillow's decodes of ``idx``, started on the thread pool."""
-        return {i: self._pool.submit(self._cpu_decode, images[i], headers[i]) for i in idx}
+        return {i: self._pool.submit(self._cpu_decode, data[i], headers[i]) for i in idx}
 
     def _decode_on_cpu(self, jobs: Mapping[int, Future], shared: set[int], decoded: _Decoded) -> dict[int, ImageError]:
         """Wait for Pillow's decodes (``jobs``; ``shared``: those ``cpu_decoder_share`` chose, the rest fell back) and

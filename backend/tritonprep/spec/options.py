@@ -18,8 +18,6 @@ CUDA_DECODER_BACKENDS = ("gpu_only", "hybrid_cpu_gpu")
 KNOWN_FORMATS = ("JPEG", "PNG", "WEBP", "BMP", "GIF", "TIFF", "JPEG2000")
 #: the formats nvImageCodec's GPU decoders may take (nvJPEG, nvJPEG2000, nvTIFF); Pillow decodes the others
 GPU_FORMATS = ("JPEG", "JPEG2000", "TIFF")
-#: the fewest JPEGs in a call for ``cpu_decoder_share`` to apply: a smaller call waits on the GPU decoders alone
-CPU_SHARE_MIN_IMAGES = 8
 
 
 @dataclass(frozen=True)
@@ -36,8 +34,8 @@ class DecoderOptions:
     hw_decoder: bool = True
     #: share of JPEGs for the hardware decoder; the rest go to nvJPEG CUDA concurrently (hash of the bytes)
     hw_decoder_share: float = 1.0
-    #: share of the JPEGs of a call of at least ``CPU_SHARE_MIN_IMAGES`` that Pillow decodes on the instance's CPU
-    #: threads while the GPU decoders take the rest (hash of the bytes); 0: the GPU decoders take every JPEG
+    #: share of a large call's JPEGs that Pillow decodes on the instance's CPU threads while the GPU decoders take the
+    #: rest (tritonprep.decode.split); 0: the GPU decoders take every JPEG
     cpu_decoder_share: float = 0.0
     #: hardware decoder objects; a call's JPEGs are split among them and decoded at once
     hw_decoders: int = 1
@@ -58,8 +56,8 @@ class DecoderOptions:
         check_choice("gpu_decoder", self.gpu_decoder, GPU_DECODERS)
         if not 0.0 < self.hw_decoder_share <= 1.0:
             raise ConfigError(f"hw_decoder_share must be in (0, 1], got {self.hw_decoder_share}")
-        if not 0.0 <= self.cpu_decoder_share < 1.0:
-            raise ConfigError(f"cpu_decoder_share must be in [0, 1), got {self.cpu_decoder_share}")
+        if not (self.cpu_decoder_share == 0 or 0.001 <= self.cpu_decoder_share < 1.0):
+            raise ConfigError(f"cpu_decoder_share must be 0 or in [0.001, 1), got {self.cpu_decoder_share}")
         if not 1 <= self.hw_decoders <= 8:
             raise ConfigError(f"hw_decoders must be 1..8 (nvImageCodec decoders are heavy), got {self.hw_decoders}")
         for name in ("hw_decoder_threads", "cuda_decoder_threads"):

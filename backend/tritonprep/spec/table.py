@@ -117,8 +117,8 @@ PARAMETERS: tuple[Parameter, ...] = (
         "decoding.cpu_decoder_share",
         read_float,
         "0.0",
-        "GPU executor: share of the JPEGs of a call of 8 or more that Pillow decodes on the instance's CPU threads "
-        "while the GPU decoders take the rest (chosen per image by a hash of its bytes: deterministic)",
+        "GPU executor: share of the JPEGs that Pillow decodes on the instance's CPU threads while the GPU decoders "
+        "take the rest, in calls that give the GPU decoders 8 JPEGs or more (chosen per image by a hash of its bytes)",
     ),
     Parameter(
         "hw_decoders",
