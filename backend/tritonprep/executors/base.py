@@ -22,6 +22,10 @@ from ..spec import OutputSpec, PreprocessConfig
 Wanted = Mapping[str, Sequence[int]]
 
 
+#: how an image may be decoded (:attr:`ImageInfo.path`, the metrics' ``path`` label)
+DECODE_PATHS = ("cpu", "gpu_hw", "gpu_cuda", "cpu_fallback")
+
+
 class ImageInfo(NamedTuple):
     """How one image was decoded: its upright size and the decoder path (the provenance outputs)."""
 

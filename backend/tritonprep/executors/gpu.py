@@ -55,7 +55,7 @@ from ..errors import ImageError, ResourceExhausted, RuntimeUnavailable
 from ..geometry import check_resizable
 from ..memory import CUDA_CONTEXT_MB, instance_budget_mb, working_mb
 from ..spec import OutputSpec, PreprocessConfig
-from .base import BatchResult, ImageInfo, Wanted, as_config, resolve_wanted
+from .base import DECODE_PATHS, BatchResult, ImageInfo, Wanted, as_config, resolve_wanted
 from .resize import ArgumentStaging, resize_into, staging_bytes
 
 log = logging.getLogger(__name__)
@@ -67,8 +67,6 @@ STAGING_FLOOR_BYTES = 1 << 20
 #: the longest a batch waits, out of GPU memory, for memory held elsewhere in the process to come back (on the
 #: H100 it did within the second under load: earlier batches' outputs on their way to Triton, for one), seconds
 OUTPUT_WAIT_S = 1.0
-#: the decoder paths: the hardware decoder, nvJPEG CUDA, Pillow's share, Pillow for what the GPU declined
-DECODE_PATHS = ("gpu_hw", "gpu_cuda", "cpu", "cpu_fallback")
 
 
 def pool_limit_mb(config: PreprocessConfig) -> int | None:

@@ -41,6 +41,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from ..executors.base import DECODE_PATHS
 from ..image_errors import REASONS
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,6 @@ log = logging.getLogger(__name__)
 POOL_SAMPLE_S = 1.0
 #: seconds from the first recorded change to the send that carries it (and what comes meanwhile)
 FLUSH_DELAY_S = 0.02
-PATHS = ("cpu", "gpu_hw", "gpu_cuda", "cpu_fallback")
 BATCH_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]
 
 
@@ -104,7 +104,7 @@ class PreprocessMetrics:
         self._families = {"images": (images, "path"), "rejected": (rejected, "reason")}
         self._all_families = (images, rejected, decode, batch, executing, pools)  # metrics live as long as these
         self._counters: dict[tuple[str, str], Any] = {
-            **{("images", p): images.Metric(labels={**labels, "path": p}) for p in PATHS},
+            **{("images", p): images.Metric(labels={**labels, "path": p}) for p in DECODE_PATHS},
             **{("rejected", r): rejected.Metric(labels={**labels, "reason": r}) for r in REASONS},
             ("decode", ""): decode.Metric(labels=labels),
         }
