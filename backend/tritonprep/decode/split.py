@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Mapping, Sequence
-from typing import Any
+
+from .checks import ImageHeader
 
 #: the fewest JPEGs a call's GPU decoders would take for ``cpu_decoder_share`` to apply: a smaller call waits on
 #: the GPU decoders alone
@@ -27,12 +28,14 @@ def cpu_bucket(data: bytes) -> int:
 
 
 def cpu_share(
-    images: Sequence[bytes], headers: Mapping[int, Any], candidates: Sequence[int], share: float
+    images: Sequence[bytes], headers: Mapping[int, ImageHeader], candidates: Sequence[int], share: float
 ) -> list[int]:
     """The JPEGs among ``candidates`` (the indices the GPU decoders would take) that ``share`` gives Pillow: none in
     a call of fewer than ``CPU_SHARE_MIN_IMAGES`` such JPEGs; else each whose :func:`cpu_bucket` is below the cut."""
     cut = round(share * 1000)
+    if not cut:  # share 0, the default: no list of JPEGs built on every call
+        return []
     jpegs = [i for i in candidates if headers[i].format == "JPEG"]
-    if not cut or len(jpegs) < CPU_SHARE_MIN_IMAGES:
+    if len(jpegs) < CPU_SHARE_MIN_IMAGES:
         return []
     return [i for i in jpegs if cpu_bucket(images[i]) < cut]
